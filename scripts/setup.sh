@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up teamrl in ./.venv: torch first (the pinned CPU build), then the package and its test tools,
+# then bubblewrap for the code sandbox where the machine can install it. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+PIP=".venv/bin/python -m pip"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# torch before anything that depends on it, so no other build of it is pulled in.
+TORCH_VERSION=${TEAMRL_TORCH:-2.13.0}
+if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    $PIP install -q "torch==$TORCH_VERSION"
+fi
+if ! .venv/bin/python -c "import teamrl, pytest, ruff" 2>/dev/null || [ pyproject.toml -nt .venv/.teamrl-installed ]; then
+    $PIP install -q -e ".[dev]"
+    touch .venv/.teamrl-installed
+fi
+
+# The sandbox uses bubblewrap where available and falls back (with a warning) where not.
+if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+            || echo "setup: could not install bubblewrap; the sandbox will use its rlimits fallback" >&2
+    else
+        echo "setup: bubblewrap not found; install it (e.g. apt-get install bubblewrap) for full isolation" >&2
+    fi
+fi

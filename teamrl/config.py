@@ -1,0 +1,298 @@
+"""The run configuration: every default lives here once; YAML files and ``--set`` only set values.
+
+Validation happens before any model is built. A bad key or value raises :class:`ConfigError`
+whose message names the key, what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from teamrl.protocol import MessageKind
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says which key and how to fix it."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RoleConfig(_Strict):
+    kind: MessageKind = Field(description="the message kind this role produces: plan, code, review or tests")
+    sop: str = Field(description="the role's standard operating procedure, shown at the top of its prompt")
+    policy: str = Field("default", description="name of the entry in `policies` that speaks for this role")
+    adapter: bool = Field(True, description="give the role its own LoRA adapter (False: the bare base model)")
+    trainable: bool = Field(True, description="may RL update this role (needs adapter: true)")
+    max_new_tokens: int = Field(64, ge=1, le=4096)
+
+
+def _default_roles() -> dict[str, RoleConfig]:
+    return {
+        "planner": RoleConfig(kind="plan", sop="Plan the steps.", max_new_tokens=40),
+        "coder": RoleConfig(kind="code", sop="Write the function.", max_new_tokens=72),
+        "reviewer": RoleConfig(kind="review", sop="Approve or ask for a revision.", max_new_tokens=32),
+        "tester": RoleConfig(kind="tests", sop="Write asserts that catch bugs.", max_new_tokens=64),
+    }
+
+
+class WorkflowConfig(_Strict):
+    name: Literal["pipeline"] = "pipeline"
+    order: list[str] = Field(default_factory=lambda: ["planner", "coder", "reviewer", "tester"])
+    roles: dict[str, RoleConfig] = Field(default_factory=_default_roles)
+    max_review_rounds: int = Field(1, ge=0, le=8, description="reviewer -> coder revision rounds at most")
+
+
+class LoraConfig(_Strict):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+class EmbeddedConfig(_Strict):
+    """The embedded default: a tiny Llama built and warm-started locally, cached on disk."""
+
+    hidden_size: int = Field(256, ge=16)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    vocab_size: int = Field(1024, ge=300)
+    demo_episodes: int = Field(1500, ge=10, description="expert episodes whose turns pre-train the base")
+    epochs: int = Field(3, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    batch_size: int = Field(32, ge=1)
+    cache_dir: str = Field("~/.cache/teamrl", description="where built models are kept, keyed by content hash")
+
+
+class PolicyConfig(_Strict):
+    kind: Literal["embedded", "hf"] = "embedded"
+    path: str | None = Field(None, description="local checkpoint directory (kind: hf)")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
+
+    @model_validator(mode="after")
+    def _path_for_hf(self) -> PolicyConfig:
+        if self.kind == "hf" and not self.path:
+            raise ValueError("kind 'hf' needs `path`: a local transformers checkpoint directory")
+        return self
+
+
+class TasksConfig(_Strict):
+    suite: Literal["programming"] = "programming"
+    difficulty: tuple[int, int] = (1, 2)
+    kinds: list[Literal["write", "fix"]] = Field(default_factory=lambda: ["write", "fix"])
+    seed: int = 0
+    heldout_size: int = Field(96, ge=1, description="held-out tasks in every evaluation")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TasksConfig:
+        lo, hi = self.difficulty
+        if not 1 <= lo <= hi <= 3:
+            raise ValueError(f"difficulty must be [lo, hi] with 1 <= lo <= hi <= 3, got {list(self.difficulty)}")
+        return self
+
+
+class RewardConfig(_Strict):
+    alpha: float = Field(0.6, ge=0, le=1, description="r_i = alpha * R + (1 - alpha) * p_i")
+    format_penalty: float = Field(0.5, ge=0, description="subtracted per malformed turn, averaged over the role's turns")
+
+
+class AlgorithmConfig(_Strict):
+    name: Literal["grpo", "mgrpo"] = Field("grpo", description="grpo: per-role advantages; mgrpo: team advantages")
+    group_size: int = Field(8, ge=2, description="G episodes per task")
+    tasks_per_iteration: int = Field(8, ge=1)
+    lr: float = Field(5e-4, gt=0)
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0)
+    kl_coef: float = Field(0.02, ge=0)
+    ppo_epochs: int = Field(2, ge=1, description="gradient passes over each batch of episodes")
+    micro_batch: int = Field(64, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    scale: Literal["std", "none"] = "std"
+
+
+class SFTConfig(_Strict):
+    enabled: bool = True
+    demo_episodes: int = Field(300, ge=1)
+    epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(32, ge=1)
+
+
+class RecipeConfig(_Strict):
+    name: Literal["freeze_rotate", "joint"] = "freeze_rotate"
+    rounds: int = Field(1, ge=1, description="freeze_rotate: passes over the roles")
+    iterations_per_role: int = Field(4, ge=1, description="freeze_rotate: RL iterations per role per round")
+    iterations: int = Field(16, ge=1, description="joint: RL iterations with every trainable role")
+    roles: list[str] | None = Field(None, description="roles to train (default: every trainable role, in order)")
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+
+
+class SandboxConfig(_Strict):
+    isolation: Literal["auto", "bwrap", "rlimits"] = "auto"
+    timeout_s: float = Field(10.0, gt=0)
+    memory_mb: int = Field(512, ge=64)
+    check_timeout_s: float = Field(1.0, gt=0)
+
+
+class RunConfig(_Strict):
+    seed: int = 0
+    out_dir: str = "runs"
+    name: str | None = Field(None, description="run directory name (default: derived from time and seed)")
+    threads: int = Field(1, ge=1, description="torch threads; 1 is fastest for small models on 2 cores")
+    eval_every: int = Field(0, ge=0, description="evaluate every N RL iterations (0: only after each phase)")
+    progress: bool = True
+    max_concurrency: int = Field(256, ge=1)
+
+
+class Config(_Strict):
+    run: RunConfig = Field(default_factory=RunConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
+    policies: dict[str, PolicyConfig] = Field(default_factory=lambda: {"default": PolicyConfig()})
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    recipe: RecipeConfig = Field(default_factory=RecipeConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        roles = self.workflow.roles
+        for name in self.workflow.order:
+            if name not in roles:
+                raise ValueError(f"workflow.order names {name!r}, which is not in workflow.roles {sorted(roles)}")
+        kinds = [roles[r].kind for r in self.workflow.order]
+        if "code" not in kinds:
+            raise ValueError("workflow.order needs a role of kind 'code' (the pipeline verifies code)")
+        for stage in ("review", "tests"):
+            if stage in kinds and kinds.index(stage) < kinds.index("code"):
+                raise ValueError(f"a '{stage}' role must come after the first 'code' role in workflow.order")
+        for name, role in roles.items():
+            if role.policy not in self.policies:
+                raise ValueError(
+                    f"workflow.roles.{name}.policy is {role.policy!r}; known policies: {sorted(self.policies)}"
+                )
+            if role.trainable and not role.adapter:
+                raise ValueError(f"workflow.roles.{name}: trainable needs adapter: true (the base stays frozen)")
+        for name in self.recipe.roles or []:
+            if name not in self.workflow.order:
+                raise ValueError(f"recipe.roles names {name!r}, not in workflow.order {self.workflow.order}")
+            if not roles[name].trainable:
+                raise ValueError(f"recipe.roles names {name!r}, but workflow.roles.{name}.trainable is false")
+        return self
+
+    def trained_roles(self) -> list[str]:
+        if self.recipe.roles is not None:
+            return list(self.recipe.roles)
+        return [r for r in self.workflow.order if self.workflow.roles[r].trainable]
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            parent_loc, bad = e["loc"][:-1], str(e["loc"][-1])
+            model = _model_at(parent_loc)
+            valid = sorted(model.model_fields) if model else []
+            close = difflib.get_close_matches(bad, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            lines.append(f"  {key}: unknown key{hint} valid keys here: {', '.join(valid)}")
+        else:
+            got = e.get("input")
+            got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {key}: {msg}{got_txt}")
+    return "invalid config:\n" + "\n".join(lines)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that validated the mapping at ``loc`` (to list its valid keys)."""
+    model: type[BaseModel] = Config
+    skip_name = False  # after a dict-valued field the next part is a user-chosen name
+    for part in loc:
+        if skip_name or isinstance(part, int):
+            skip_name = False
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        ann = field.annotation
+        if getattr(ann, "__origin__", None) is dict:
+            ann, skip_name = ann.__args__[1], True
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value, got {item!r} (e.g. --set algorithm.group_size=4)")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML scalars) to a nested dict."""
+    for item in overrides:
+        path, value = _parse_override(item)
+        node = data
+        for part in path[:-1]:
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {item}: {part!r} holds a value, not a section")
+            node = nxt
+        node[path[-1]] = value
+    return data
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (or start from defaults), apply overrides, validate. Raises ConfigError."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} not found")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+        data = loaded or {}
+    # Start from the defaults so that a YAML file or --set changes one field of a role or policy
+    # without having to restate the rest of it.
+    data = apply_overrides(_deep_merge(Config().model_dump(mode="json"), data), overrides or [])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,122 @@
+"""The async rollout engine (DESIGN section 3).
+
+Episodes are asyncio tasks. When a workflow awaits ``team.act(...)``, the request joins its
+policy's queue; one batcher per policy waits until every live episode that can make progress has
+queued its request, then sends the whole batch to the policy in a worker thread. Fast roles
+never wait for slow ones, and each policy always sees the largest batch the episodes allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from teamrl.policies.base import Generation, GenerationRequest
+
+
+class BatchPolicy(Protocol):
+    name: str
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...
+
+
+@dataclass
+class EngineStats:
+    """Counters of one engine, for logs and the rollout benchmark."""
+
+    batches: int = 0
+    requests: int = 0
+    generated_tokens: int = 0
+    generate_s: float = 0.0
+    batch_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def mean_batch(self) -> float:
+        return self.requests / self.batches if self.batches else 0.0
+
+
+class _PolicyQueue:
+    def __init__(self, policy: BatchPolicy, max_batch: int, stats: EngineStats) -> None:
+        self.policy = policy
+        self.max_batch = max_batch
+        self.stats = stats
+        self.pending: list[tuple[GenerationRequest, asyncio.Future[Generation]]] = []
+        self.wakeup = asyncio.Event()
+        self.worker: asyncio.Task[None] | None = None
+
+    def submit(self, request: GenerationRequest) -> asyncio.Future[Generation]:
+        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        self.pending.append((request, future))
+        self.wakeup.set()
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.create_task(self._run())
+        return future
+
+    async def _run(self) -> None:
+        while self.pending:
+            # Let every runnable episode reach its next request before cutting the batch: keep
+            # yielding to the event loop while the queue is still growing.
+            size = -1
+            while size != len(self.pending) and len(self.pending) < self.max_batch:
+                size = len(self.pending)
+                for _ in range(3):
+                    await asyncio.sleep(0)
+            batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch :]
+            requests = [r for r, _ in batch]
+            start = time.perf_counter()
+            try:
+                results = await asyncio.to_thread(self.policy.generate, requests)
+            except Exception as exc:  # a policy failure fails its requests, not the engine
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            self.stats.generate_s += time.perf_counter() - start
+            self.stats.batches += 1
+            self.stats.requests += len(batch)
+            self.stats.batch_sizes.append(len(batch))
+            for (_, fut), gen in zip(batch, results, strict=True):
+                self.stats.generated_tokens += len(gen.completion_ids)
+                if not fut.done():
+                    fut.set_result(gen)
+
+
+class Engine:
+    """Runs many episodes concurrently and batches each policy's requests across them."""
+
+    def __init__(self, policies: dict[str, BatchPolicy], max_batch: int = 128, max_concurrency: int = 256) -> None:
+        if max_batch < 1:
+            raise ValueError(f"engine.max_batch must be >= 1, got {max_batch}")
+        if max_concurrency < 1:
+            raise ValueError(f"engine.max_concurrency must be >= 1, got {max_concurrency}")
+        self.policies = policies
+        self.max_batch = max_batch
+        self.max_concurrency = max_concurrency
+        self.stats = EngineStats()
+        self._queues: dict[str, _PolicyQueue] = {}
+
+    async def generate(self, policy: str, request: GenerationRequest) -> Generation:
+        if policy not in self.policies:
+            raise KeyError(f"no policy named {policy!r}; known: {sorted(self.policies)}")
+        queue = self._queues.get(policy)
+        if queue is None:
+            queue = self._queues[policy] = _PolicyQueue(self.policies[policy], self.max_batch, self.stats)
+        return await queue.submit(request)
+
+    async def gather(self, factories: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+        """Run episode coroutines with at most ``max_concurrency`` alive; results in input order."""
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def bounded(factory: Callable[[], Awaitable[Any]]) -> Any:
+            async with limit:
+                return await factory()
+
+        return list(await asyncio.gather(*(bounded(f) for f in factories)))
+
+    def run(self, factories: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+        """Synchronous entry point: a fresh event loop per call (queues are bound to it)."""
+        self._queues = {}
+        return asyncio.run(self.gather(factories))

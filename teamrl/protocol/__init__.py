@@ -1,0 +1,25 @@
+"""Message, Turn and Episode: the records that cross every module boundary."""
+
+from teamrl.protocol.messages import (
+    TAGS,
+    Episode,
+    FormatError,
+    Message,
+    MessageKind,
+    Turn,
+    message_json_schema,
+    parse_message,
+    render_message,
+)
+
+__all__ = [
+    "TAGS",
+    "Episode",
+    "FormatError",
+    "Message",
+    "MessageKind",
+    "Turn",
+    "message_json_schema",
+    "parse_message",
+    "render_message",
+]

@@ -1,0 +1,37 @@
+"""Recipes decide which roles learn when. A recipe is a list of phases; the trainer runs them in
+order and checks, after each phase, that the roles outside it did not change."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from teamrl.config import Config
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    roles: tuple[str, ...]  # the roles RL updates in this phase; every other role is frozen
+    iterations: int
+
+
+def freeze_rotate(roles: Sequence[str], rounds: int, iterations_per_role: int) -> list[Phase]:
+    """For each round and each role: RL that role alone while the others are frozen."""
+    return [
+        Phase(f"round{r + 1}/{role}", (role,), iterations_per_role) for r in range(rounds) for role in roles
+    ]
+
+
+def joint(roles: Sequence[str], iterations: int) -> list[Phase]:
+    """Every trainable role is updated in every iteration."""
+    return [Phase("joint", tuple(roles), iterations)]
+
+
+def phases_for(cfg: Config) -> list[Phase]:
+    roles = cfg.trained_roles()
+    if not roles:
+        return []
+    if cfg.recipe.name == "freeze_rotate":
+        return freeze_rotate(roles, cfg.recipe.rounds, cfg.recipe.iterations_per_role)
+    return joint(roles, cfg.recipe.iterations)

@@ -1,0 +1,96 @@
+"""Turn a validated Config into live objects: task suite, sandbox, policies, team, engine."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+from pathlib import Path
+
+from teamrl.config import Config, PolicyConfig
+from teamrl.engine.engine import Engine
+from teamrl.engine.team import Seat, Team
+from teamrl.policies.hf import HFPolicy, LoraSettings
+from teamrl.policies.sft import SFTSettings
+from teamrl.policies.tiny import TinyModelConfig, build_embedded_default
+from teamrl.tasks.programming import ProgrammingTaskSuite
+from teamrl.tasks.sandbox import Sandbox, SandboxLimits
+from teamrl.workflows.experts import pipeline_experts
+from teamrl.workflows.pipeline import pipeline
+
+log = logging.getLogger("teamrl")
+
+
+def build_suite(cfg: Config) -> ProgrammingTaskSuite:
+    return ProgrammingTaskSuite(seed=cfg.tasks.seed, difficulty=tuple(cfg.tasks.difficulty), kinds=tuple(cfg.tasks.kinds))
+
+
+def build_sandbox(cfg: Config) -> Sandbox:
+    s = cfg.sandbox
+    limits = SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
+    return Sandbox(limits, isolation=s.isolation)
+
+
+def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tuple[str, str]]]:
+    """(prompt, completion) pairs per role, from the real workflow played by scripted experts
+    on training tasks, so that demonstration prompts are exactly the prompts of an episode."""
+    suite = build_suite(cfg)
+    rng = random.Random(seed)
+    experts = pipeline_experts(rng)
+    roles = cfg.workflow.roles
+    team = Team({r: Seat(script=experts[roles[r].kind]) for r in cfg.workflow.order})
+    tasks = suite.sample("train", n_episodes, rng)
+
+    async def play() -> list:
+        return [await pipeline(team, task, cfg.workflow, sandbox=None) for task in tasks]
+
+    pairs: dict[str, list[tuple[str, str]]] = {r: [] for r in cfg.workflow.order}
+    for episode in asyncio.run(play()):
+        for turn in episode.turns:
+            pairs[turn.role].append((turn.prompt, turn.text))
+    return pairs
+
+
+def embedded_checkpoint(cfg: Config, pcfg: PolicyConfig, progress: bool) -> Path:
+    """Build (or reuse from the cache) the embedded default for this workflow and task suite."""
+    e = pcfg.embedded
+    pairs = demonstrations(cfg, e.demo_episodes, seed=cfg.tasks.seed + 7919)
+    examples = [pair for role in cfg.workflow.order for pair in pairs[role]]
+    key_material = json.dumps(
+        {"embedded": e.model_dump(exclude={"cache_dir"}), "examples": examples}, sort_keys=True
+    ).encode()
+    key = hashlib.sha256(key_material).hexdigest()[:16]
+    out_dir = Path(e.cache_dir).expanduser() / f"embedded-{key}"
+    model_cfg = TinyModelConfig(hidden_size=e.hidden_size, num_layers=e.num_layers, num_heads=e.num_heads)
+    settings = SFTSettings(epochs=e.epochs, batch_size=e.batch_size, lr=e.lr, seed=cfg.run.seed)
+    if not (out_dir / "config.json").exists():
+        log.info("building the embedded default in %s (cached for later runs)", out_dir)
+    return build_embedded_default(
+        examples, out_dir, cfg=model_cfg, sft=settings, seed=cfg.run.seed, progress=progress, vocab_size=e.vocab_size
+    )
+
+
+def build_policies(cfg: Config, progress: bool = True) -> dict[str, HFPolicy]:
+    policies: dict[str, HFPolicy] = {}
+    for name, pcfg in cfg.policies.items():
+        adapters = [r for r in cfg.workflow.order if cfg.workflow.roles[r].policy == name and cfg.workflow.roles[r].adapter]
+        path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else Path(pcfg.path or "")
+        lora = LoraSettings(r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules))
+        policies[name] = HFPolicy.from_pretrained(path, adapters=adapters, lora=lora, name=name)
+    return policies
+
+
+def build_team(cfg: Config, engine: Engine, temperature: float) -> Team:
+    seats = {}
+    for role in cfg.workflow.order:
+        r = cfg.workflow.roles[role]
+        seats[role] = Seat(
+            policy=r.policy,
+            adapter=role if r.adapter else None,
+            trainable=r.trainable,
+            max_new_tokens=r.max_new_tokens,
+            temperature=temperature,
+        )
+    return Team(seats, engine)

@@ -1,0 +1,63 @@
+import pytest
+
+from teamrl.config import ConfigError, load_config
+
+
+def test_defaults_are_the_main_job():
+    cfg = load_config()
+    assert cfg.workflow.order == ["planner", "coder", "reviewer", "tester"]
+    assert cfg.reward.alpha == 0.6
+    assert cfg.trained_roles() == ["planner", "coder", "reviewer", "tester"]
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("algorithm.grup_size=3", "algorithm.grup_size: unknown key; did you mean 'group_size'"),
+        ("workflow.roles.coder.sopp=x", "did you mean 'sop'"),
+        ("algorithm.group_size=1", "algorithm.group_size: Input should be greater than or equal to 2 (got 1)"),
+        ("reward.alpha=1.5", "reward.alpha"),
+        ("workflow.order=[coder,critic]", "'critic', which is not in workflow.roles"),
+        ("workflow.order=[reviewer,coder]", "must come after the first 'code' role"),
+        ("tasks.difficulty=[3,1]", "1 <= lo <= hi <= 3"),
+        ("policies.default.kind=hf", "needs `path`"),
+        ("workflow.roles.coder.policy=big", "known policies: ['default']"),
+        ("workflow.roles.coder.adapter=false", "trainable needs adapter: true"),
+        ("recipe.roles=[judge]", "recipe.roles names 'judge'"),
+        ("groupsize", "--set expects key=value"),
+    ],
+)
+def test_bad_values_name_the_key_and_the_fix(override, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=[override])
+    assert needle in str(err.value)
+
+
+def test_yaml_changes_one_field_and_keeps_the_rest(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("workflow:\n  order: [coder, reviewer]\n  roles:\n    coder:\n      sop: Be brief.\n")
+    cfg = load_config(path, ["algorithm.group_size=4"])
+    assert cfg.workflow.order == ["coder", "reviewer"]
+    assert cfg.workflow.roles["coder"].sop == "Be brief."
+    assert cfg.workflow.roles["coder"].kind == "code"  # default kept
+    assert cfg.algorithm.group_size == 4
+
+
+def test_a_new_role_is_a_config_change(tmp_path):
+    cfg = load_config(
+        overrides=[
+            "workflow.roles.critic.kind=review",
+            "workflow.roles.critic.sop=Find the bug.",
+            "workflow.order=[coder,critic,reviewer]",
+        ]
+    )
+    assert cfg.workflow.roles["critic"].kind == "review"
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(bad)

@@ -1,0 +1,96 @@
+import asyncio
+import time
+
+import pytest
+
+from teamrl.engine.engine import Engine
+from teamrl.engine.team import Seat, Team
+from teamrl.policies.scripted import ScriptedPolicy
+
+
+def echo(req):
+    return f"<plan>{req.prompt}</plan>"
+
+
+def test_requests_of_concurrent_episodes_are_batched_per_policy():
+    policy = ScriptedPolicy(echo)
+    engine = Engine({"p": policy})
+    team = Team({"a": Seat(policy="p"), "b": Seat(policy="p")}, engine)
+
+    async def episode(i):
+        t1 = await team.act("a", f"x{i}", "plan")
+        t2 = await team.act("b", t1.message.content + "y", "plan")
+        return t2.message.content
+
+    out = engine.run([lambda i=i: episode(i) for i in range(64)])
+    assert out == [f"x{i}y" for i in range(64)]
+    assert policy.batch_sizes == [64, 64]  # two steps, each one full batch
+    assert engine.stats.requests == 128 and engine.stats.batches == 2
+
+
+def test_max_batch_splits_and_concurrency_limit_holds():
+    policy = ScriptedPolicy(echo)
+    engine = Engine({"p": policy}, max_batch=16, max_concurrency=40)
+    team = Team({"a": Seat(policy="p")}, engine)
+    live = {"now": 0, "peak": 0}
+
+    async def episode(i):
+        live["now"] += 1
+        live["peak"] = max(live["peak"], live["now"])
+        turn = await team.act("a", str(i), "plan")
+        live["now"] -= 1
+        return turn.message.content
+
+    out = engine.run([lambda i=i: episode(i) for i in range(100)])
+    assert out == [str(i) for i in range(100)]
+    assert max(policy.batch_sizes) <= 16
+    assert live["peak"] <= 40
+
+
+def test_a_fast_role_does_not_wait_for_a_slow_one():
+    slow = ScriptedPolicy(echo, seconds_per_batch=0.3)
+    fast = ScriptedPolicy(echo, seconds_per_batch=0.0)
+    engine = Engine({"slow": slow, "fast": fast})
+    team = Team({"big": Seat(policy="slow"), "small": Seat(policy="fast")}, engine)
+    finished = []
+
+    async def slow_episode():
+        await team.act("big", "s", "plan")
+        finished.append("slow")
+
+    async def fast_episode():
+        for _ in range(5):
+            await team.act("small", "f", "plan")
+        finished.append("fast")
+
+    start = time.perf_counter()
+    engine.run([slow_episode, fast_episode])
+    assert finished == ["fast", "slow"]
+    assert time.perf_counter() - start < 0.6
+
+
+def test_malformed_output_is_recorded_not_raised():
+    engine = Engine({"p": ScriptedPolicy(lambda r: "no tags here")})
+    team = Team({"coder": Seat(policy="p")}, engine)
+    turn = asyncio.run(team.act("coder", "x", "code"))
+    assert turn.message is None and "expected '<code>" in turn.error
+
+
+def test_a_policy_error_fails_only_its_requests():
+    def boom(req):
+        raise RuntimeError("backend down")
+
+    engine = Engine({"p": ScriptedPolicy(boom)})
+    team = Team({"a": Seat(policy="p")}, engine)
+    with pytest.raises(RuntimeError, match="backend down"):
+        asyncio.run(team.act("a", "x", "plan"))
+
+
+def test_scripted_seat_and_missing_engine():
+    team = Team({"a": Seat(script=lambda call: f"<plan>{call.context['n']}</plan>")})
+    turn = asyncio.run(team.act("a", "p", "plan", context={"n": 3}))
+    assert turn.message.content == "3"
+    with pytest.raises(ValueError, match="needs an engine"):
+        Team({"a": Seat(policy="p")})
+    with pytest.raises(KeyError, match="no role 'z'"):
+        asyncio.run(team.act("z", "p", "plan"))
