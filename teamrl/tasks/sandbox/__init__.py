@@ -1,0 +1,14 @@
+"""Sandboxed execution of untrusted, agent-written Python code."""
+
+from teamrl.tasks.sandbox.checks import ProgramCheck, run_checks, run_checks_sync
+from teamrl.tasks.sandbox.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxUnavailableError
+
+__all__ = [
+    "ProgramCheck",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailableError",
+    "run_checks",
+    "run_checks_sync",
+]

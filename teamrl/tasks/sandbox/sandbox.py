@@ -1,0 +1,444 @@
+"""Run untrusted Python source in a contained, short-lived process.
+
+Two isolation levels, chosen once per process (``isolation="auto"``):
+
+* ``"bwrap"``: bubblewrap with fresh pid, net, ipc and uts namespaces, a read-only view of
+  the host, a private size-capped tmpfs ``/tmp`` that is also the work dir, and the process
+  tree killed with the pid namespace. Plus the rlimits and uid drop below.
+* ``"rlimits"``: a plain subprocess with rlimits, a non-root uid and a private work dir made
+  on the host. No network or filesystem namespaces: the program can reach the network and
+  write to world-writable places such as ``/tmp``. Used, with a warning, where bwrap is
+  missing or unusable (no namespaces in an unprivileged container, for example).
+
+When the parent runs as root every run gets its own uid (``_UID_BASE`` and up, no passwd
+entry needed): the kernel only enforces ``RLIMIT_NPROC`` for non-root uids, a per-run uid
+keeps one run's fork bomb from using up another's process budget, and it lets the cleanup
+kill exactly that run's leftovers. A non-root parent runs programs as itself.
+
+The interpreter is the one running us (``sys.executable``, resolved out of any venv; the
+program gets the stdlib only). A pyenv interpreter lives under ``/root`` (mode 700), which the
+run's uid cannot enter: under bwrap ``/root`` is replaced by an empty tmpfs (hiding the rest
+of it) with the interpreter's prefix bound back read-only; likewise for one under ``/tmp``.
+The fallback cannot remap paths, so it takes the first of our own interpreter,
+``/usr/local/bin/python3.X`` and ``/usr/bin/python3.X`` (then ``python3``) that any user may run.
+
+Machine setup: ``apt-get install -y bubblewrap`` (tests skip the bwrap cases without it,
+except under ``CI``, where they fail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TypeVar
+
+log = logging.getLogger("teamrl.sandbox")
+_T = TypeVar("_T")
+
+ISOLATION_LEVELS = ("bwrap", "rlimits")
+
+_MIB = 1 << 20
+# Captured per stream; the rest is read and dropped so a chatty program cannot fill our memory.
+_MAX_OUTPUT_BYTES = _MIB
+_TMPFS_FILES = 4  # the private /tmp holds this many maximal files (see SandboxLimits.max_file_mb)
+_UID_BASE = 1 << 30
+_SLOTS_PER_PROCESS = 256
+_PID_SPAN = 1 << 22  # Linux pid_max ceiling, so uids of two parent processes never collide
+_BOOT_SOURCE = (Path(__file__).with_name("_boot.py")).read_text()
+_HEADER_BYTES = 16
+_PYTHON_FLAGS = ("-I", "-S", "-B")  # no site-packages or env vars: faster start, fewer surprises
+_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+_PIPE_GRACE_S = 1.0
+_KILL_PASSES = 100
+_PROBE_SOURCE = "import json\nprint(json.dumps('ok'))\n"
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The requested isolation cannot work on this machine."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits for one sandbox process.
+
+    Under bwrap the private ``/tmp`` is capped at four times ``max_file_mb``.
+    """
+
+    timeout_s: float = 10.0  # wall clock for the whole process
+    cpu_s: int = 10  # RLIMIT_CPU
+    memory_mb: int = 512  # RLIMIT_AS
+    max_processes: int = 64  # RLIMIT_NPROC, counting threads; only enforced for a non-root uid
+    max_file_mb: int = 16  # RLIMIT_FSIZE
+    check_timeout_s: float = 1.0  # per statement inside run_checks
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            seconds = field.name.endswith("timeout_s")
+            kind, wanted = (float | int, "a number") if seconds else (int, "an integer")
+            if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+                raise ValueError(f"SandboxLimits.{field.name} must be {wanted} > 0, got {value!r}")
+
+
+@dataclass
+class SandboxResult:
+    """Outcome of one run. ``returncode`` is None when the wall-clock timeout killed the
+    process; a death by signal N reads 128+N under both isolation levels."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    wall_s: float
+    isolation: str
+
+
+class _UidPool:
+    """Hands out per-run uids unique on this machine while the run lasts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._used: set[int] = set()
+        self._next_shared = 0
+
+    @contextlib.contextmanager
+    def uid(self) -> Iterator[int]:
+        with self._lock:
+            free = [slot for slot in range(_SLOTS_PER_PROCESS) if slot not in self._used]
+            if free:
+                slot = free[0]
+                self._used.add(slot)
+            else:
+                # Over 256 concurrent runs in one process share uids; still non-root.
+                slot, self._next_shared = self._next_shared, (self._next_shared + 1) % _SLOTS_PER_PROCESS
+        try:
+            yield _UID_BASE + (os.getpid() % _PID_SPAN) * _SLOTS_PER_PROCESS + slot
+        finally:
+            if free:
+                with self._lock:
+                    self._used.discard(slot)
+
+
+_uid_pool = _UidPool()
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _hidden_from_others(path: str) -> str | None:
+    """The first directory on ``path`` that users other than its owner and group cannot enter."""
+    current = Path("/")
+    for part in Path(path).parts[1:]:
+        current = current / part
+        mode = current.stat().st_mode
+        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+            return str(current)
+    return None
+
+
+def _interpreter_roots() -> list[str]:
+    """Host directories the interpreter needs: its binary and its stdlib."""
+    paths = {
+        os.path.realpath(sys.base_prefix),
+        os.path.realpath(sys.base_exec_prefix),
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
+    return sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths))
+
+
+def _bwrap_argv(bwrap: str, limits: SandboxLimits) -> list[str]:
+    """bwrap arguments up to ``--``, with the interpreter made visible to the sandbox uid."""
+    if _is_root():
+        # No user namespace: the boot script drops to the run's uid itself (see _boot.py).
+        namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+        namespaces.append("--unshare-cgroup-try")
+    else:
+        namespaces = ["--unshare-all"]
+    tmp_bytes = str(_TMPFS_FILES * limits.max_file_mb * _MIB)
+    argv = [bwrap, *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+    for root in _interpreter_roots():
+        # A pyenv interpreter under /root (mode 700) or one under /tmp (hidden by the tmpfs)
+        # is bound back read-only at its own path, on a tmpfs hiding the rest of that directory.
+        hidden = _hidden_from_others(root)
+        if hidden is None and not root.startswith("/tmp/"):
+            continue
+        base = Path("/tmp")
+        if hidden is not None and not hidden.startswith("/tmp/"):
+            argv += ["--perms", "0755", "--tmpfs", hidden]
+            base = Path(hidden)
+        # bwrap would create the missing parents with mode 700; give them 755 explicitly.
+        for parent in reversed(Path(root).relative_to(base).parents[:-1]):
+            argv += ["--perms", "0755", "--dir", str(base / parent)]
+        argv += ["--ro-bind", root, root]
+    return argv + ["--chdir", "/tmp", "--"]
+
+
+def _world_executable(path: str) -> bool:
+    mode = os.stat(path).st_mode
+    return _hidden_from_others(path) is None and bool(mode & stat.S_IXOTH) and bool(mode & stat.S_IROTH)
+
+
+def _fallback_python() -> str | None:
+    """An interpreter that a uid without any group can run, preferring our own version."""
+    if not _is_root():
+        return os.path.realpath(sys.executable)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [os.path.realpath(sys.executable)]
+    for directory in ("/usr/local/bin", "/usr/bin"):
+        candidates += [f"{directory}/{version}", f"{directory}/python3"]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and _world_executable(candidate):
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class _Backend:
+    isolation: str
+    python: str
+    bwrap: str | None = None
+
+
+def _probe(backend: _Backend) -> str | None:
+    """Run a tiny program through ``backend``; None if it works, else why not."""
+    limits = SandboxLimits(timeout_s=20.0)
+    with _uid_pool.uid() as uid, _work_dir(backend, uid) as work_dir:
+        argv, stdin = _command(backend, limits, uid, _PROBE_SOURCE, "")
+        try:
+            done = subprocess.run(
+                argv, input=stdin, capture_output=True, timeout=limits.timeout_s, **_placement(work_dir)
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if done.returncode != 0 or done.stdout.strip() != b'"ok"':
+            return f"exit {done.returncode}: {done.stderr.decode(errors='replace').strip()[-500:]}"
+    return None
+
+
+@functools.cache
+def _bwrap_backend() -> tuple[_Backend | None, str]:
+    """The bwrap backend if it works here, else None and the reason (probed once)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None, "bwrap is not installed (Debian/Ubuntu: apt-get install -y bubblewrap)"
+    backend = _Backend("bwrap", os.path.realpath(sys.executable), bwrap)
+    problem = _probe(backend)
+    if problem is not None:
+        return None, f"{bwrap} does not work here ({problem})"
+    return backend, ""
+
+
+@functools.cache
+def _rlimits_backend() -> tuple[_Backend | None, str]:
+    python = _fallback_python()
+    if python is None:
+        return None, (
+            f"no Python interpreter is executable by an unprivileged uid: {sys.executable} sits in a "
+            "directory closed to other users; install bubblewrap, or a system python3 "
+            "(apt-get install -y python3)"
+        )
+    backend = _Backend("rlimits", python)
+    problem = _probe(backend)
+    if problem is not None:
+        return None, f"{python} fails as an unprivileged uid ({problem})"
+    return backend, ""
+
+
+def _command(
+    backend: _Backend, limits: SandboxLimits, uid: int, source: str, stdin: str
+) -> tuple[list[str], bytes]:
+    """The child's argv and its standard input (see _boot.py for both protocols)."""
+    prefix = [] if backend.bwrap is None else _bwrap_argv(backend.bwrap, limits)
+    run_as = uid if _is_root() else -1
+    reap = int(backend.bwrap is None and _is_root())  # bwrap's own pid 1 reaps under bwrap
+    boot_args = [run_as, run_as, limits.cpu_s, limits.memory_mb * _MIB, limits.max_processes]
+    boot_args += [limits.max_file_mb * _MIB, reap]
+    argv = [*prefix, backend.python, *_PYTHON_FLAGS, "-c", _BOOT_SOURCE, *map(str, boot_args)]
+    encoded = source.encode()
+    return argv, str(len(encoded)).rjust(_HEADER_BYTES).encode() + encoded + stdin.encode()
+
+
+@contextlib.contextmanager
+def _work_dir(backend: _Backend, uid: int) -> Iterator[str | None]:
+    """A private host work dir for the fallback; None under bwrap, which uses its own /tmp."""
+    if backend.bwrap is not None:
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix="teamrl-sandbox-")
+    try:
+        if _is_root():
+            os.chown(path, uid, uid)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _placement(work_dir: str | None) -> dict:
+    """``cwd`` and ``env`` for the child process (bwrap's --chdir moves it into its /tmp)."""
+    home = work_dir or "/tmp"
+    env = {"PATH": _SANDBOX_PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
+    return {"cwd": work_dir or "/", "env": env}
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process whose real uid is ``uid``, until none is left alive."""
+    # Each pass also catches children forked just before their parent died; the bound only
+    # guards against a process stuck in uninterruptible sleep.
+    for _ in range(_KILL_PASSES):
+        found = False
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = Path(entry.path, "status").read_text()
+            except OSError:
+                continue  # already gone
+            fields_ = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if int(fields_["Uid"].split()[0]) == uid and not fields_["State"].strip().startswith(("Z", "X")):
+                found = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+        if not found:
+            return
+    log.warning("sandbox: processes of uid %d survived %d SIGKILL passes", uid, _KILL_PASSES)
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Keeps capped output and reports the exit apart from the pipes closing: on Python 3.11
+    ``Process.wait()`` also waits for the pipes, which leftover children may hold open."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.output = {1: bytearray(), 2: bytearray()}
+        self.exited = loop.create_future()
+        self.pipes_closed = loop.create_future()
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        kept = self.output[fd]
+        kept += data[: max(0, _MAX_OUTPUT_BYTES - len(kept))]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open.discard(fd)
+        if not self._open and not self.pipes_closed.done():
+            self.pipes_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        self.exited.set_result(None)
+
+
+class Sandbox:
+    """Runs untrusted Python programs, one contained process per call; safe to use concurrently."""
+
+    def __init__(self, limits: SandboxLimits = SandboxLimits(), isolation: str = "auto"):  # noqa: B008 - frozen
+        if isolation not in ("auto", *ISOLATION_LEVELS):
+            raise ValueError(f"isolation must be 'auto', 'bwrap' or 'rlimits', got {isolation!r}")
+        self.limits = limits
+        backend, why_not_bwrap = _bwrap_backend() if isolation in ("auto", "bwrap") else (None, "")
+        if backend is None and isolation == "bwrap":
+            raise SandboxUnavailableError(f"isolation='bwrap' requested but {why_not_bwrap}")
+        if backend is None:
+            backend, why_not = _rlimits_backend()
+            if backend is None:
+                raise SandboxUnavailableError(f"isolation={isolation!r}: {why_not}")
+            if isolation == "auto":
+                _warn_fallback_once(why_not_bwrap)
+        self._backend = backend
+
+    @property
+    def isolation(self) -> str:
+        """``"bwrap"`` or ``"rlimits"``."""
+        return self._backend.isolation
+
+    async def run(self, source: str, stdin: str = "") -> SandboxResult:
+        """Run ``source`` as ``__main__`` with ``stdin``; never raises for anything the program does."""
+        loop = asyncio.get_running_loop()
+        with _uid_pool.uid() as uid, _work_dir(self._backend, uid) as work_dir:
+            argv, payload = _command(self._backend, self.limits, uid, source, stdin)
+            start = time.monotonic()
+            transport, collector = await loop.subprocess_exec(
+                lambda: _Collector(loop),
+                *argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                **_placement(work_dir),
+            )
+            try:
+                # The transport buffers what the pipe cannot take yet; no drain needed.
+                stdin_pipe = transport.get_pipe_transport(0)
+                stdin_pipe.write(payload)
+                stdin_pipe.close()
+                await asyncio.wait([collector.exited], timeout=self.limits.timeout_s)
+            finally:
+                wall_s = time.monotonic() - start
+                timed_out = transport.get_returncode() is None
+                self._kill_tree(transport, uid)
+                await collector.exited
+                # Leftovers are dead now, so the pipes close promptly, except after a setsid()
+                # escape in the non-root fallback: do not wait on those forever.
+                await asyncio.wait([collector.pipes_closed], timeout=_PIPE_GRACE_S)
+                transport.close()
+        returncode = transport.get_returncode()
+        return SandboxResult(
+            returncode=None if timed_out else (128 - returncode if returncode < 0 else returncode),
+            stdout=collector.output[1].decode(errors="replace"),
+            stderr=collector.output[2].decode(errors="replace"),
+            timed_out=timed_out,
+            wall_s=wall_s,
+            isolation=self.isolation,
+        )
+
+    def run_sync(self, source: str, stdin: str = "") -> SandboxResult:
+        """Blocking ``run`` for code without an event loop."""
+        return _run_blocking(self.run(source, stdin))
+
+    def _kill_tree(self, transport: asyncio.SubprocessTransport, uid: int) -> None:
+        alive = transport.get_returncode() is None
+        if self._backend.bwrap is not None:
+            if alive:
+                # Kills bwrap, whose pid 1 follows (--die-with-parent) taking the namespace along.
+                transport.kill()
+        elif _is_root():
+            if alive:
+                # Not our root reaper (_boot.py): it reaps the run's processes once they die.
+                _kill_uid(uid)
+        else:
+            # Without a uid of its own only the process group can be reached, leftovers of a
+            # finished program included; a program that calls setsid() escapes this.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(transport.get_pid(), signal.SIGKILL)
+
+
+@functools.cache
+def _warn_fallback_once(reason: str) -> None:
+    log.warning(
+        "sandbox: bubblewrap unavailable, falling back to rlimits + non-root uid without network or "
+        "filesystem isolation: %s",
+        reason,
+    )
+
+
+def _run_blocking(coroutine: Coroutine[object, object, _T]) -> _T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    coroutine.close()
+    raise RuntimeError("run_sync/run_checks_sync called inside a running event loop; await the async version")
