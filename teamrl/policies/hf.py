@@ -1,0 +1,439 @@
+"""A policy on any local transformers checkpoint: one frozen base plus one LoRA adapter per role."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import inspect
+import re
+import shutil
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from peft import LoraConfig, PeftModel, get_peft_model
+from peft.utils import load_peft_weights
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from teamrl.policies.base import Generation, GenerationRequest, atomic_directory
+from teamrl.policies.sft import FULL_LR, SFTSettings, sft_train
+
+_ADAPTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """Shape of every role adapter. Dropout 0 keeps behaviour and training log-probs identical."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
+
+    def to_peft(self) -> LoraConfig:
+        return LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+
+
+def _strip_adapter(param_name: str, adapter: str) -> str | None:
+    """``...q_proj.lora_A.coder.weight`` -> ``...q_proj.lora_A.weight`` if it belongs to ``adapter``."""
+    parts = param_name.split(".")
+    for i in range(len(parts) - 1):
+        if parts[i].startswith("lora_") and parts[i + 1] == adapter:
+            return ".".join(parts[: i + 1] + parts[i + 2 :])
+    return None
+
+
+class HFPolicy:
+    """Generation and differentiable log-probs for several roles sharing one causal LM base.
+
+    Base weights are always frozen outside ``sft(None, ...)``. Every adapter is trainable except
+    snapshots made by ``copy_adapter``; ``set_trainable`` sets the trainable set exactly. Sampling is
+    plain ``softmax(logits / T)``: the checkpoint's own sampling presets (top_k, repetition_penalty, ...)
+    are dropped so recorded log-probs are the true behaviour log-probs.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        lora: LoraSettings = LoraSettings(),
+        name: str = "hf",
+        max_batch_size: int = 64,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size}: must be >= 1")
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer of {name!r} has no eos_token: set tokenizer.eos_token before use")
+        self.name = name
+        self.tokenizer = tokenizer
+        self.base = model
+        self.model: PreTrainedModel | PeftModel = model
+        self.lora = lora
+        self.max_batch_size = max_batch_size
+        self.adapter_names: list[str] = []
+        self._trainable: set[str] = set()
+        self._params: dict[str | None, dict[str, torch.nn.Parameter]] = {}
+
+        eos = model.generation_config.eos_token_id
+        eos_list = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        self._eos_ids = sorted({tokenizer.eos_token_id, *eos_list})
+        # Checkpoints without a pad token pad with EOS; masks keep it out of every computation.
+        pad = tokenizer.pad_token_id
+        self._pad_id = pad if pad is not None else tokenizer.eos_token_id
+        model.generation_config = GenerationConfig(
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=self._eos_ids, pad_token_id=self._pad_id
+        )
+        self._max_positions: int | None = getattr(model.config, "max_position_embeddings", None)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        model.eval()
+        self._reindex()  # also freezes the base: nothing is trainable yet
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        adapters: Sequence[str] = (),
+        lora: LoraSettings = LoraSettings(),
+        name: str = "hf",
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
+        max_batch_size: int = 64,
+    ) -> HFPolicy:
+        """Load tokenizer and model from a local directory (never the hub) and add one adapter per name."""
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            what = "does not exist" if not path.exists() else "has no config.json"
+            raise FileNotFoundError(
+                f"model directory {path} {what}: pass a local checkpoint directory written by "
+                "save_pretrained (e.g. the output of build_embedded_default); nothing is downloaded"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
+        policy = cls(model, tokenizer, lora=lora, name=name, max_batch_size=max_batch_size)
+        for adapter in adapters:
+            policy.add_adapter(adapter)
+        return policy
+
+    # ----- adapters -----------------------------------------------------------------------------
+
+    def _reindex(self) -> None:
+        # Parameter names normalised so that a copy and its source (and the base before and after peft
+        # wrapping) index identically; fingerprints and copies rely on that.
+        index: dict[str | None, dict[str, torch.nn.Parameter]] = {a: {} for a in [None, *self.adapter_names]}
+        for pname, param in self.model.named_parameters():
+            for adapter in self.adapter_names:
+                key = _strip_adapter(pname, adapter)
+                if key is not None:
+                    index[adapter][key] = param
+                    break
+            else:
+                key = pname.removeprefix("base_model.model.").replace(".base_layer.", ".")
+                index[None][key] = param
+        self._params = index
+        self._apply_trainable()
+
+    def _apply_trainable(self) -> None:
+        wanted = {id(p) for a in self._trainable for p in self._params[a].values()}
+        for param in self.model.parameters():
+            param.requires_grad_(id(param) in wanted)
+
+    def _check(self, adapter: str | None) -> None:
+        if adapter is not None and adapter not in self.adapter_names:
+            raise KeyError(f"policy {self.name!r} has no adapter {adapter!r}; it has {self.adapter_names}")
+
+    def _add(self, name: str, config: LoraConfig) -> None:
+        if not _ADAPTER_NAME.match(name) or name in "lora_" or name == "default":
+            raise ValueError(
+                f"adapter name {name!r} is invalid: use letters, digits, '_' or '-', starting with a letter "
+                "(and not 'default' or a substring of 'lora_')"
+            )
+        if name in self.adapter_names:
+            raise ValueError(f"policy {self.name!r} already has an adapter {name!r}: pick another name")
+        if isinstance(self.model, PeftModel):
+            self.model.add_adapter(name, config)
+        else:
+            with warnings.catch_warnings():
+                # peft probes a transformers attribute that v5 deprecated; nothing for us to act on.
+                warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
+                self.model = get_peft_model(self.base, config, adapter_name=name)
+        self.model.eval()  # fresh LoRA modules start in train mode
+        self.adapter_names.append(name)
+
+    def add_adapter(self, name: str) -> None:
+        """A new trainable LoRA adapter (initialised as a no-op: LoRA's B starts at zero)."""
+        self._add(name, self.lora.to_peft())
+        self._trainable.add(name)
+        self._reindex()
+
+    def copy_adapter(self, src: str, dst: str) -> None:
+        """Snapshot ``src`` into a new frozen adapter ``dst`` (e.g. a KL reference)."""
+        self._check(src)
+        self._add(dst, copy.deepcopy(self.model.peft_config[src]))
+        self._reindex()
+        with torch.no_grad():
+            for key, param in self._params[dst].items():
+                param.copy_(self._params[src][key])
+
+    def adapter_parameters(self, name: str) -> list[torch.nn.Parameter]:
+        """The LoRA parameters of adapter ``name`` only."""
+        self._check(name)
+        return list(self._params[name].values())
+
+    def set_trainable(self, names: Iterable[str]) -> None:
+        """``requires_grad`` True exactly for these adapters' parameters, False for everything else."""
+        names = set(names)
+        for adapter in names:
+            self._check(adapter)
+        self._trainable = names
+        self._apply_trainable()
+
+    def fingerprint(self, name: str | None) -> str:
+        """Hash of an adapter's (or, for None, the base's) parameter values."""
+        self._check(name)
+        digest = hashlib.sha256()
+        for key, param in sorted(self._params[name].items()):
+            digest.update(key.encode())
+            digest.update(param.detach().reshape(-1).contiguous().view(torch.uint8).cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    def save_adapter(self, name: str, directory: Path) -> None:
+        """Write adapter ``name`` in peft's format (``PeftModel.from_pretrained`` loads it), atomically."""
+        self._check(name)
+        with atomic_directory(Path(directory)) as tmp:
+            staging = tmp / "peft"
+            # save_embedding_layers=False: "auto" may ask the hub about the base when its path moved.
+            self.model.save_pretrained(str(staging), selected_adapters=[name], save_embedding_layers=False)
+            for file in (staging / name).iterdir():
+                file.rename(tmp / file.name)
+            shutil.rmtree(staging)
+
+    def load_adapter(self, name: str, directory: Path) -> None:
+        """Load (or overwrite) adapter ``name`` from a directory written by ``save_adapter``/peft."""
+        directory = Path(directory)
+        needed = ("adapter_config.json", "adapter_model.safetensors")
+        if not all((directory / f).is_file() for f in needed):
+            # Checked here because peft falls back to the hub for anything missing locally.
+            raise FileNotFoundError(
+                f"{directory} is not a saved adapter (needs {', '.join(needed)}): "
+                "pass a directory written by HFPolicy.save_adapter"
+            )
+        config = LoraConfig.from_pretrained(str(directory))
+        if name not in self.adapter_names:
+            self._add(name, config)
+            self._trainable.add(name)
+            self._reindex()
+        else:
+            have = self.model.peft_config[name]
+            if (have.r, have.lora_alpha, set(have.target_modules)) != (
+                config.r,
+                config.lora_alpha,
+                set(config.target_modules),
+            ):
+                raise ValueError(
+                    f"adapter in {directory} (r={config.r}, alpha={config.lora_alpha}) does not match the "
+                    f"adapter {name!r} (r={have.r}, alpha={have.lora_alpha}): load it under a new name"
+                )
+        weights = load_peft_weights(str(directory), device=str(self.base.device))
+        params = self._params[name]
+        missing, unexpected = params.keys() - weights.keys(), weights.keys() - params.keys()
+        if missing or unexpected:
+            raise ValueError(
+                f"adapter weights in {directory} do not fit adapter {name!r}: missing {sorted(missing)[:3]}, "
+                f"unexpected {sorted(unexpected)[:3]}; was it saved from the same base model?"
+            )
+        with torch.no_grad():
+            for key, param in params.items():
+                if weights[key].shape != param.shape:
+                    raise ValueError(
+                        f"{directory}: {key} has shape {tuple(weights[key].shape)}, "
+                        f"adapter {name!r} expects {tuple(param.shape)}"
+                    )
+                param.copy_(weights[key])
+
+    @contextmanager
+    def _use(self, adapter: str | None) -> Iterator[None]:
+        self._check(adapter)
+        if adapter is None:
+            if isinstance(self.model, PeftModel):
+                with self.model.disable_adapter():
+                    yield
+            else:
+                yield
+            return
+        if self.model.active_adapter != adapter:
+            self.model.set_adapter(adapter)
+            self._apply_trainable()  # peft's set_adapter flips requires_grad to "active adapter only"
+        yield
+
+    # ----- generation and scoring ---------------------------------------------------------------
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """Complete every request; one ``model.generate`` per (adapter, temperature, length) micro-batch."""
+        groups: dict[tuple[str | None, float, int], list[int]] = {}
+        for i, req in enumerate(requests):
+            self._check(req.adapter)
+            groups.setdefault((req.adapter, req.temperature, req.max_new_tokens), []).append(i)
+        prompt_ids = self.tokenizer([r.prompt for r in requests])["input_ids"] if requests else []
+        limit = self._max_positions
+        for i, req in enumerate(requests):
+            if limit is not None and len(prompt_ids[i]) + req.max_new_tokens > limit:
+                raise ValueError(
+                    f"request {i}: prompt of {len(prompt_ids[i])} tokens + "
+                    f"max_new_tokens={req.max_new_tokens} exceeds the model's {limit} positions: "
+                    "shorten the prompt or lower max_new_tokens"
+                )
+        results: list[Generation | None] = [None] * len(requests)
+        for (adapter, temperature, max_new), idxs in groups.items():
+            idxs.sort(key=lambda i: len(prompt_ids[i]))  # similar lengths together: less padding
+            for start in range(0, len(idxs), self.max_batch_size):
+                chunk = idxs[start : start + self.max_batch_size]
+                outs = self._generate_batch([prompt_ids[i] for i in chunk], adapter, temperature, max_new)
+                for i, out in zip(chunk, outs, strict=True):
+                    results[i] = out
+        return results  # type: ignore[return-value]  # every slot was filled above
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, prompts: list[list[int]], adapter: str | None, temperature: float, max_new_tokens: int
+    ) -> list[Generation]:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, p in enumerate(prompts):
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        sample = temperature > 0
+        # top_k=0/top_p=1 make sampling plain softmax(logits / T); greedy must not name them (warnings).
+        knobs = {"temperature": temperature, "top_k": 0, "top_p": 1.0} if sample else {}
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=sample,
+            **knobs,
+            num_beams=1,
+            bos_token_id=self.tokenizer.bos_token_id,
+            eos_token_id=self._eos_ids,
+            pad_token_id=self._pad_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        device = self.base.device
+        with self._use(adapter):
+            out = self.model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
+            )
+        tokens = out.sequences[:, width:].cpu()
+        scale = temperature if sample else 1.0
+        # Per step, not stacked: [B, steps, vocab] would be large for real vocabularies.
+        picked = [
+            F.log_softmax(step.float() / scale, dim=-1).gather(1, tokens[:, t : t + 1].to(device))[:, 0]
+            for t, step in enumerate(out.logits)
+        ]
+        logprobs = torch.stack(picked, dim=1).cpu()
+        eos = torch.tensor(self._eos_ids)
+        results = []
+        for row, p in enumerate(prompts):
+            row_tokens = tokens[row].tolist()
+            hits = torch.isin(tokens[row], eos).nonzero()
+            n = int(hits[0]) + 1 if len(hits) else len(row_tokens)
+            completion = row_tokens[:n]
+            results.append(
+                Generation(
+                    prompt_ids=list(p),
+                    completion_ids=completion,
+                    logprobs=logprobs[row, :n].tolist(),
+                    text=self.tokenizer.decode(completion, skip_special_tokens=True),
+                    finished=len(hits) > 0,
+                )
+            )
+        return results
+
+    def token_logprobs(
+        self,
+        adapter: str | None,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        temperature: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, Tc] log-probs of each completion token (right-padded, 0 at padding) and the [B, Tc] mask.
+
+        Same numerics as ``generate`` (``log_softmax(logits / T)``, T=1 for greedy). Differentiable
+        w.r.t. the adapter's LoRA weights when grad is enabled.
+        """
+        if len(prompt_ids) != len(completion_ids):
+            raise ValueError(
+                f"{len(prompt_ids)} prompts but {len(completion_ids)} completions: pass one per prompt"
+            )
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("an empty prompt has no position to predict the first completion token from")
+        batch = len(prompt_ids)
+        width = max((len(p) for p in prompt_ids), default=0)
+        tc = max((len(c) for c in completion_ids), default=0)
+        device = self.base.device
+        if batch == 0 or tc == 0:
+            return torch.zeros(batch, tc, device=device), torch.zeros(batch, tc, device=device)
+        # Prompts left-padded and completions right-padded so every completion starts at column `width`.
+        ids = torch.full((batch, width + tc), self._pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for row, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
+            ids[row, width - len(p) : width] = torch.tensor(p)
+            ids[row, width : width + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[row, width - len(p) : width + len(c)] = 1
+        ids, attn = ids.to(device), attn.to(device)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)  # as generate derives them from the mask
+        kwargs = {"logits_to_keep": tc + 1} if self._keeps_logits else {}
+        with self._use(adapter):
+            logits = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, **kwargs).logits
+        logits = logits[:, -(tc + 1) : -1].float()
+        scale = temperature if temperature > 0 else 1.0
+        mask = attn[:, width:].float()
+        lp = F.log_softmax(logits / scale, dim=-1).gather(-1, ids[:, width:, None])[..., 0]
+        return lp * mask, mask
+
+    def sft(
+        self,
+        adapter: str | None,
+        examples: Sequence[tuple[str, str]],
+        settings: SFTSettings,
+        progress: bool = True,
+    ) -> dict[str, float | int | list[float]]:
+        """Supervised fine-tuning of one adapter only (or of the base, adapters off, when None)."""
+        self._check(adapter)
+        params = list(self._params[adapter].values())
+        if adapter is None and settings.lr is None:
+            settings = dataclasses.replace(settings, lr=FULL_LR)
+        with self._use(adapter):
+            return sft_train(
+                self.model,
+                self.tokenizer,
+                examples,
+                settings,
+                parameters=params,
+                progress=progress,
+                desc=f"sft {self.name}/{adapter or 'base'}",
+            )
