@@ -28,7 +28,7 @@ def _result_table(summary: dict[str, Any], roles: list[str]) -> None:
     table.add_column("success", justify="right")
     table.add_column("pass fraction", justify="right")
     for role in roles:
-        table.add_column(f"r[{role}]", justify="right")
+        table.add_column(f"r:{role}", justify="right")
     for ev in summary["evals"]:
         if ev["label"] not in ("after_sft", "after_rl", "eval"):
             continue
@@ -53,8 +53,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.set)
         run_dir = _run_dir(cfg)
         if run_dir.exists() and any(run_dir.iterdir()):
-            print(f"teamrl: {run_dir} exists; pick another run.name or continue it with --resume {run_dir}",
-                  file=sys.stderr)
+            print(
+                f"teamrl: {run_dir} exists; pick another run.name or continue it with --resume {run_dir}",
+                file=sys.stderr,
+            )
             return 2
     print(f"run directory: {run_dir}")
     trainer = Trainer(cfg, run_dir, resume=bool(args.resume))

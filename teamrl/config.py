@@ -68,7 +68,10 @@ class EmbeddedConfig(_Strict):
     epochs: int = Field(3, ge=1)
     lr: float = Field(2e-3, gt=0)
     batch_size: int = Field(32, ge=1)
-    cache_dir: str = Field("~/.cache/teamrl", description="where built models are kept, keyed by content hash")
+    seed: int = Field(0, description="seed of the build; runs with other run.seed values share the same base")
+    cache_dir: str = Field(
+        "~/.cache/teamrl", description="where built models are kept, keyed by content hash"
+    )
 
 
 class PolicyConfig(_Strict):
@@ -95,17 +98,23 @@ class TasksConfig(_Strict):
     def _ordered(self) -> TasksConfig:
         lo, hi = self.difficulty
         if not 1 <= lo <= hi <= 3:
-            raise ValueError(f"difficulty must be [lo, hi] with 1 <= lo <= hi <= 3, got {list(self.difficulty)}")
+            raise ValueError(
+                f"difficulty must be [lo, hi] with 1 <= lo <= hi <= 3, got {list(self.difficulty)}"
+            )
         return self
 
 
 class RewardConfig(_Strict):
     alpha: float = Field(0.6, ge=0, le=1, description="r_i = alpha * R + (1 - alpha) * p_i")
-    format_penalty: float = Field(0.5, ge=0, description="subtracted per malformed turn, averaged over the role's turns")
+    format_penalty: float = Field(
+        0.5, ge=0, description="subtracted per malformed turn, averaged over the role's turns"
+    )
 
 
 class AlgorithmConfig(_Strict):
-    name: Literal["grpo", "mgrpo"] = Field("grpo", description="grpo: per-role advantages; mgrpo: team advantages")
+    name: Literal["grpo", "mgrpo"] = Field(
+        "grpo", description="grpo: per-role advantages; mgrpo: team advantages"
+    )
     group_size: int = Field(8, ge=2, description="G episodes per task")
     tasks_per_iteration: int = Field(8, ge=1)
     lr: float = Field(5e-4, gt=0)
@@ -132,7 +141,12 @@ class RecipeConfig(_Strict):
     rounds: int = Field(1, ge=1, description="freeze_rotate: passes over the roles")
     iterations_per_role: int = Field(4, ge=1, description="freeze_rotate: RL iterations per role per round")
     iterations: int = Field(16, ge=1, description="joint: RL iterations with every trainable role")
-    roles: list[str] | None = Field(None, description="roles to train (default: every trainable role, in order)")
+    roles: list[str] | None = Field(
+        None, description="roles to train (default: every trainable role, in order)"
+    )
+    token_budget: int | None = Field(
+        None, ge=1, description="stop RL once rollouts generated this many tokens (equal-compute comparisons)"
+    )
     sft: SFTConfig = Field(default_factory=SFTConfig)
 
 
@@ -168,7 +182,9 @@ class Config(_Strict):
         roles = self.workflow.roles
         for name in self.workflow.order:
             if name not in roles:
-                raise ValueError(f"workflow.order names {name!r}, which is not in workflow.roles {sorted(roles)}")
+                raise ValueError(
+                    f"workflow.order names {name!r}, which is not in workflow.roles {sorted(roles)}"
+                )
         kinds = [roles[r].kind for r in self.workflow.order]
         if "code" not in kinds:
             raise ValueError("workflow.order needs a role of kind 'code' (the pipeline verifies code)")
@@ -177,11 +193,12 @@ class Config(_Strict):
                 raise ValueError(f"a '{stage}' role must come after the first 'code' role in workflow.order")
         for name, role in roles.items():
             if role.policy not in self.policies:
-                raise ValueError(
-                    f"workflow.roles.{name}.policy is {role.policy!r}; known policies: {sorted(self.policies)}"
-                )
+                known = sorted(self.policies)
+                raise ValueError(f"workflow.roles.{name}.policy is {role.policy!r}; known policies: {known}")
             if role.trainable and not role.adapter:
-                raise ValueError(f"workflow.roles.{name}: trainable needs adapter: true (the base stays frozen)")
+                raise ValueError(
+                    f"workflow.roles.{name}: trainable needs adapter: true (the base stays frozen)"
+                )
         for name in self.recipe.roles or []:
             if name not in self.workflow.order:
                 raise ValueError(f"recipe.roles names {name!r}, not in workflow.order {self.workflow.order}")
@@ -283,7 +300,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         except yaml.YAMLError as exc:
             raise ConfigError(f"{p}: not valid YAML: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+            raise ConfigError(
+                f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}"
+            )
         data = loaded or {}
     # Start from the defaults so that a YAML file or --set changes one field of a role or policy
     # without having to restate the rest of it.

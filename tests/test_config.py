@@ -15,7 +15,10 @@ def test_defaults_are_the_main_job():
     [
         ("algorithm.grup_size=3", "algorithm.grup_size: unknown key; did you mean 'group_size'"),
         ("workflow.roles.coder.sopp=x", "did you mean 'sop'"),
-        ("algorithm.group_size=1", "algorithm.group_size: Input should be greater than or equal to 2 (got 1)"),
+        (
+            "algorithm.group_size=1",
+            "algorithm.group_size: Input should be greater than or equal to 2 (got 1)",
+        ),
         ("reward.alpha=1.5", "reward.alpha"),
         ("workflow.order=[coder,critic]", "'critic', which is not in workflow.roles"),
         ("workflow.order=[reviewer,coder]", "must come after the first 'code' role"),

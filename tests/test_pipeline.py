@@ -29,7 +29,9 @@ TASK = ProgrammingTask(
     review_comment="f(1) gives 4, expected 3",
     demo_tests=("assert f(1) == 3", "assert f(2) == 6"),
 )
-BUGGY = "<code>def f(x):\n    return x + 3</code>"  # passes f(0)? no: 3 != 0; passes none of the 4 -> check below
+BUGGY = (
+    "<code>def f(x):\n    return x + 3</code>"  # passes f(0)? no: 3 != 0; passes none of the 4 -> check below
+)
 GOOD = "<code>def f(x):\n    return x * 3</code>"
 
 
@@ -69,10 +71,15 @@ def test_revision_loop_order_visibility_and_rewards(sandbox):
     }
     episode, log = run(cfg, answers, sandbox)
     assert [(r, k) for r, k, _ in log] == [
-        ("planner", 0), ("coder", 0), ("reviewer", 0), ("coder", 1), ("reviewer", 1), ("tester", 0)
+        ("planner", 0),
+        ("coder", 0),
+        ("reviewer", 0),
+        ("coder", 1),
+        ("reviewer", 1),
+        ("tester", 0),
     ]
     prompts = {(r, k): p for r, k, p in log}
-    assert "code:" not in prompts[("planner", 0)]  # the planner sees only the task
+    assert "solution:" not in prompts[("planner", 0)]  # the planner sees only the task
     assert "plan: multiply x by 3" in prompts[("coder", 0)]
     assert "review: f(1) gives 4, expected 3" in prompts[("coder", 1)]  # the revision sees the review
     assert "return x + 3" in prompts[("coder", 1)]  # ... and its previous code
@@ -90,12 +97,16 @@ def test_revision_loop_order_visibility_and_rewards(sandbox):
 
 
 def test_wrong_verdicts_bad_tests_and_format_errors_are_penalised(sandbox):
-    cfg = load_config(overrides=["workflow.max_review_rounds=2", "reward.alpha=0.5", "reward.format_penalty=0.5"])
+    cfg = load_config(
+        overrides=["workflow.max_review_rounds=2", "reward.alpha=0.5", "reward.format_penalty=0.5"]
+    )
     answers = {
         "planner": ["I think we should multiply"],  # no tags: format error
         "coder": [BUGGY],
         "reviewer": ["<review>approve</review>"],  # approves failing code: wrong
-        "tester": ["<tests>assert f(1) == 4\nassert f(2) == 6</tests>"],  # first test is wrong on the reference
+        "tester": [
+            "<tests>assert f(1) == 4\nassert f(2) == 6</tests>"
+        ],  # first test is wrong on the reference
     }
     episode, log = run(cfg, answers, sandbox)
     assert [r for r, _, _ in log] == ["planner", "coder", "reviewer", "tester"]  # approve ends the review

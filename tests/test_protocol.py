@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from teamrl.protocol import FormatError, Message, parse_message, render_message, message_json_schema
+from teamrl.protocol import FormatError, Message, message_json_schema, parse_message, render_message
 
 
 def test_parse_code_keeps_indentation_and_comparisons():

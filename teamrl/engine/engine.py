@@ -87,7 +87,9 @@ class _PolicyQueue:
 class Engine:
     """Runs many episodes concurrently and batches each policy's requests across them."""
 
-    def __init__(self, policies: dict[str, BatchPolicy], max_batch: int = 128, max_concurrency: int = 256) -> None:
+    def __init__(
+        self, policies: dict[str, BatchPolicy], max_batch: int = 128, max_concurrency: int = 256
+    ) -> None:
         if max_batch < 1:
             raise ValueError(f"engine.max_batch must be >= 1, got {max_batch}")
         if max_concurrency < 1:

@@ -54,7 +54,13 @@ class Team:
         return list(self.seats)
 
     async def act(
-        self, role: str, prompt: str, kind: MessageKind, *, round: int = 0, context: dict[str, Any] | None = None
+        self,
+        role: str,
+        prompt: str,
+        kind: MessageKind,
+        *,
+        round: int = 0,
+        context: dict[str, Any] | None = None,
     ) -> Turn:
         """Let ``role`` speak once; a completion that does not parse becomes ``Turn.error``."""
         seat = self.seats.get(role)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from teamrl.policies.base import Generation, GenerationRequest, Policy, atomic_directory
+from teamrl.policies.base import Generation, GenerationRequest, Policy
 
 if TYPE_CHECKING:
     from teamrl.policies.hf import HFPolicy, LoraSettings
@@ -45,7 +45,6 @@ __all__ = [
     "Policy",
     "SFTSettings",
     "TinyModelConfig",
-    "atomic_directory",
     "build_embedded_default",
     "build_tiny_model",
     "encode_examples",

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 
@@ -49,30 +43,3 @@ class Policy(Protocol):
     name: str
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...
-
-
-@contextmanager
-def atomic_directory(target: Path, replace: bool = True) -> Iterator[Path]:
-    """Yield a sibling temp dir to fill; on success it becomes ``target``, on error it is deleted.
-
-    A killed writer therefore never leaves a half-written ``target`` (at worst a stale hidden temp dir).
-    An existing ``target`` is swapped out when ``replace`` (leaving a brief moment where it does not
-    exist), or kept and the new contents discarded when not (a concurrent writer won the race).
-    """
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        yield tmp
-        if not target.exists():
-            tmp.rename(target)
-        elif replace:
-            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        # else: a concurrent writer already produced target; ours is dropped below
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

@@ -26,7 +26,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from teamrl.policies.base import Generation, GenerationRequest, atomic_directory
+from teamrl.atomic import atomic_directory
+from teamrl.policies.base import Generation, GenerationRequest
 from teamrl.policies.sft import FULL_LR, SFTSettings, sft_train
 
 _ADAPTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")

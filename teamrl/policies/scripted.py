@@ -13,8 +13,12 @@ from teamrl.policies.base import Generation, GenerationRequest
 
 
 class ScriptedPolicy:
-    def __init__(self, respond: Callable[[GenerationRequest], str], name: str = "scripted",
-                 seconds_per_batch: float = 0.0) -> None:
+    def __init__(
+        self,
+        respond: Callable[[GenerationRequest], str],
+        name: str = "scripted",
+        seconds_per_batch: float = 0.0,
+    ) -> None:
         self.name = name
         self.respond = respond
         self.seconds_per_batch = seconds_per_batch  # simulated latency of one batched forward

@@ -31,6 +31,9 @@ class SFTSettings:
     grad_clip: float = 1.0
     max_length: int = 384
     seed: int = 0
+    prompt_loss: bool = (
+        False  # also learn to predict prompt tokens (language-model pre-training of a new base)
+    )
 
     def __post_init__(self) -> None:
         if self.epochs < 1 and self.max_steps is None:
@@ -77,7 +80,9 @@ def _batches(examples: list[_Example], batch_size: int, rng: random.Random) -> l
     return batches
 
 
-def _collate(batch: list[_Example], pad_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+def _collate(
+    batch: list[_Example], pad_id: int, device: torch.device, prompt_loss: bool = False
+) -> tuple[torch.Tensor, ...]:
     width = max(len(e.ids) for e in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -85,7 +90,8 @@ def _collate(batch: list[_Example], pad_id: int, device: torch.device) -> tuple[
     for row, e in enumerate(batch):
         n = len(e.ids)
         ids[row, :n] = torch.tensor(e.ids)
-        labels[row, e.n_prompt : n] = ids[row, e.n_prompt : n]
+        first = 1 if prompt_loss else e.n_prompt
+        labels[row, first:n] = ids[row, first:n]
         mask[row, :n] = 1
     return ids.to(device), labels.to(device), mask.to(device)
 
@@ -175,7 +181,7 @@ def sft_train(
             for batch in _batches(data, settings.batch_size, rng):
                 if step >= total:
                     break
-                ids, labels, mask = _collate(batch, pad_id, device)
+                ids, labels, mask = _collate(batch, pad_id, device, settings.prompt_loss)
                 logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
                 targets = labels[:, 1:]
                 n = int((targets != -100).sum())

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-from teamrl.policies.base import atomic_directory
+from teamrl.atomic import atomic_directory
 from teamrl.policies.sft import SFTSettings, sft_train
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"

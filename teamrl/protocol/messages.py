@@ -35,7 +35,9 @@ class Turn(BaseModel):
     text: str
     prompt_ids: list[int] = Field(default_factory=list)
     completion_ids: list[int] = Field(default_factory=list)
-    logprobs: list[float] = Field(default_factory=list, description="behaviour log-prob of each completion token")
+    logprobs: list[float] = Field(
+        default_factory=list, description="behaviour log-prob of each completion token"
+    )
     finished: bool = True
     message: Message | None = None
     error: str | None = Field(default=None, description="why the raw text did not parse, if it did not")
@@ -66,7 +68,13 @@ class FormatError(ValueError):
 
 
 # Output tags per message kind: short and regular so that a tiny model can learn them.
-TAGS: dict[str, str] = {"plan": "plan", "code": "code", "review": "review", "tests": "tests", "answer": "answer"}
+TAGS: dict[str, str] = {
+    "plan": "plan",
+    "code": "code",
+    "review": "review",
+    "tests": "tests",
+    "answer": "answer",
+}
 _VERDICT = re.compile(r"^\s*(approve|revise)\b[\s:,-]*", re.IGNORECASE)
 
 

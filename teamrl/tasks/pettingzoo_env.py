@@ -54,8 +54,15 @@ class _SteppedTeam(Team):
         self.seats = dict.fromkeys(roles)  # type: ignore[arg-type]
         self.engine = None
 
-    async def act(self, role: str, prompt: str, kind: MessageKind, *, round: int = 0,
-                  context: dict[str, Any] | None = None) -> Turn:
+    async def act(
+        self,
+        role: str,
+        prompt: str,
+        kind: MessageKind,
+        *,
+        round: int = 0,
+        context: dict[str, Any] | None = None,
+    ) -> Turn:
         text = await _ActionRequest(role, prompt)
         return parsed_turn(Turn(role=role, round=round, prompt=prompt, text=text), kind)
 
@@ -63,12 +70,15 @@ class _SteppedTeam(Team):
 class TeamAECEnv(AECEnv):
     metadata = {"render_modes": ["human"], "name": "teamrl_pipeline_v0", "is_parallelizable": False}
 
-    def __init__(self, cfg: Config | None = None, sandbox: Sandbox | None = None,
-                 render_mode: str | None = None) -> None:
+    def __init__(
+        self, cfg: Config | None = None, sandbox: Sandbox | None = None, render_mode: str | None = None
+    ) -> None:
         super().__init__()
         self.cfg = cfg or Config()
         self.suite = ProgrammingTaskSuite(
-            seed=self.cfg.tasks.seed, difficulty=tuple(self.cfg.tasks.difficulty), kinds=tuple(self.cfg.tasks.kinds)
+            seed=self.cfg.tasks.seed,
+            difficulty=tuple(self.cfg.tasks.difficulty),
+            kinds=tuple(self.cfg.tasks.kinds),
         )
         self.sandbox = sandbox or Sandbox(SandboxLimits(timeout_s=self.cfg.sandbox.timeout_s))
         self.render_mode = render_mode
@@ -118,7 +128,9 @@ class TeamAECEnv(AECEnv):
         assert self.task is not None
         self._coro = None
         asyncio.run(verify(episode, self.task, state, self.sandbox))
-        assign_hybrid_rewards(episode, self.cfg.workflow.roles, self.cfg.reward.alpha, self.cfg.reward.format_penalty)
+        assign_hybrid_rewards(
+            episode, self.cfg.workflow.roles, self.cfg.reward.alpha, self.cfg.reward.format_penalty
+        )
         self.episode = episode
         for agent in self.agents:
             self.rewards[agent] = float(episode.rewards.get(agent, 0.0))

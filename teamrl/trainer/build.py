@@ -14,7 +14,7 @@ from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy, LoraSettings
 from teamrl.policies.sft import SFTSettings
-from teamrl.policies.tiny import TinyModelConfig, build_embedded_default
+from teamrl.policies.tiny import BUILD_MARKER, TinyModelConfig, build_embedded_default
 from teamrl.tasks.programming import ProgrammingTaskSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
 from teamrl.workflows.experts import pipeline_experts
@@ -24,7 +24,9 @@ log = logging.getLogger("teamrl")
 
 
 def build_suite(cfg: Config) -> ProgrammingTaskSuite:
-    return ProgrammingTaskSuite(seed=cfg.tasks.seed, difficulty=tuple(cfg.tasks.difficulty), kinds=tuple(cfg.tasks.kinds))
+    return ProgrammingTaskSuite(
+        seed=cfg.tasks.seed, difficulty=tuple(cfg.tasks.difficulty), kinds=tuple(cfg.tasks.kinds)
+    )
 
 
 def build_sandbox(cfg: Config) -> Sandbox:
@@ -56,28 +58,36 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
 def embedded_checkpoint(cfg: Config, pcfg: PolicyConfig, progress: bool) -> Path:
     """Build (or reuse from the cache) the embedded default for this workflow and task suite."""
     e = pcfg.embedded
-    pairs = demonstrations(cfg, e.demo_episodes, seed=cfg.tasks.seed + 7919)
+    pairs = demonstrations(cfg, e.demo_episodes, seed=e.seed + 7919)
     examples = [pair for role in cfg.workflow.order for pair in pairs[role]]
     key_material = json.dumps(
         {"embedded": e.model_dump(exclude={"cache_dir"}), "examples": examples}, sort_keys=True
     ).encode()
     key = hashlib.sha256(key_material).hexdigest()[:16]
     out_dir = Path(e.cache_dir).expanduser() / f"embedded-{key}"
-    model_cfg = TinyModelConfig(hidden_size=e.hidden_size, num_layers=e.num_layers, num_heads=e.num_heads)
-    settings = SFTSettings(epochs=e.epochs, batch_size=e.batch_size, lr=e.lr, seed=cfg.run.seed)
-    if not (out_dir / "config.json").exists():
+    model_cfg = TinyModelConfig(
+        vocab_size=e.vocab_size, hidden_size=e.hidden_size, num_layers=e.num_layers, num_heads=e.num_heads
+    )
+    settings = SFTSettings(epochs=e.epochs, batch_size=e.batch_size, lr=e.lr, seed=e.seed, prompt_loss=True)
+    if not (out_dir / BUILD_MARKER).exists():
         log.info("building the embedded default in %s (cached for later runs)", out_dir)
     return build_embedded_default(
-        examples, out_dir, cfg=model_cfg, sft=settings, seed=cfg.run.seed, progress=progress, vocab_size=e.vocab_size
+        examples, out_dir, cfg=model_cfg, sft=settings, seed=e.seed, progress=progress
     )
 
 
 def build_policies(cfg: Config, progress: bool = True) -> dict[str, HFPolicy]:
     policies: dict[str, HFPolicy] = {}
     for name, pcfg in cfg.policies.items():
-        adapters = [r for r in cfg.workflow.order if cfg.workflow.roles[r].policy == name and cfg.workflow.roles[r].adapter]
+        adapters = [
+            r
+            for r in cfg.workflow.order
+            if cfg.workflow.roles[r].policy == name and cfg.workflow.roles[r].adapter
+        ]
         path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else Path(pcfg.path or "")
-        lora = LoraSettings(r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules))
+        lora = LoraSettings(
+            r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules)
+        )
         policies[name] = HFPolicy.from_pretrained(path, adapters=adapters, lora=lora, name=name)
     return policies
 

@@ -75,7 +75,7 @@ async def play_pipeline(
     async def write_code(role: str, round_: int, review: str | None) -> None:
         sections = [("plan", state.plan or "(none)")] if state.plan is not None else []
         if review is not None and state.code:
-            sections += [("previous code", state.code[-1] or "(none)"), ("review", review)]
+            sections += [("previous solution", state.code[-1] or "(none)"), ("review", review)]
         turn = await speak(role, sections, round_)
         state.code.append(turn.message.content if turn.message else "")
         state.code_turns.append(len(episode.turns) - 1)
@@ -90,13 +90,13 @@ async def play_pipeline(
             await write_code(role, 0, None)
         elif kind == "review":
             for round_ in range(cfg.max_review_rounds):
-                turn = await speak(role, [("code", state.code[-1] or "(none)")], round_)
+                turn = await speak(role, [("solution", state.code[-1] or "(none)")], round_)
                 state.reviews.append((len(episode.turns) - 1, len(state.code) - 1))
                 if turn.message is None or turn.message.verdict != "revise" or last_coder is None:
                     break
                 await write_code(last_coder, round_ + 1, turn.message.content or "please fix it")
         elif kind == "tests":
-            turn = await speak(role, [("code", state.code[-1] or "(none)")])
+            turn = await speak(role, [("solution", state.code[-1] or "(none)")])
             state.tests = split_tests(turn.message.content) if turn.message else []
         else:  # config validation only admits the kinds above for this workflow
             raise ValueError(f"workflow pipeline has no stage for message kind {kind!r} (role {role})")

@@ -1,0 +1,451 @@
+"""Learning gain of the main job over seeds, against the Coder alone at the same RL token count.
+
+For every seed: train the main job (examples/pipeline_freeze_rotate.yaml: four roles, freeze-rotate),
+read how many tokens its RL rollouts generated, then train the single-agent baseline
+(examples/single_coder.yaml) with the same seed and ``recipe.token_budget`` set to that number, so
+both spend the same generation compute on RL. Prints held-out success (and pass fraction) after SFT
+and after RL per seed, with mean and sample standard deviation, and writes
+``<results-dir>/learning_gain.json`` and ``<results-dir>/learning_gain.png``.
+
+    .venv/bin/python benchmarks/learning_gain.py [--seeds 0 1 2] [--jobs 2] [--out-dir benchmarks/runs]
+        [--results-dir benchmarks/results] [--set key=value ...]
+
+``--set`` applies to team and baseline runs alike (e.g. a smaller model for a smoke run). Every
+invocation puts its runs in a fresh ``<out-dir>/<timestamp>/`` (run dirs ``team_s<seed>`` and
+``single_coder_s<seed>``, each with its output in a ``.log`` next to it), so re-running never collides
+with earlier runs and keeps them for inspection. Before any training the embedded base model of each
+config is built once into the shared cache (the Coder-only workflow has its own demonstration corpus,
+hence its own base), so the concurrent runs after that only read the cache. Each run uses one torch
+thread; ``--jobs`` runs go at once, and a seed's baseline starts only after its team run finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import IO, Any
+
+REPO = Path(__file__).resolve().parent.parent
+TEAM_CONFIG = "examples/pipeline_freeze_rotate.yaml"
+SINGLE_CONFIG = "examples/single_coder.yaml"
+COMMON = ["run.threads=1", "run.progress=false"]  # one torch thread per run; logs without progress bars
+# The baseline runs until the token budget stops it; this only bounds a runaway run.
+BASELINE_MAX_ITERATIONS = 1000
+
+
+class RunFailed(RuntimeError):
+    """A subprocess exited with an error; the message names the run and its log."""
+
+
+@dataclass
+class Job:
+    """One subprocess. ``argv`` is called at start time: a baseline's budget is known only then."""
+
+    name: str
+    argv: Callable[[], list[str]]
+    log: Path
+    deps: tuple[str, ...] = ()
+    run_dir: Path | None = None  # a training run (its held-out results go into the progress line)
+    command: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def run_jobs(jobs: list[Job], parallel: int) -> None:
+    """Run ``jobs`` as subprocesses, at most ``parallel`` at once, each after its ``deps`` finished;
+    among ready jobs the earlier in the list starts first. If one fails, the others are killed and
+    :class:`RunFailed` is raised."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # logs fill as the run goes, for `tail -f`
+    env.setdefault("OMP_NUM_THREADS", "1")
+    pending, done = list(jobs), set()
+    running: dict[subprocess.Popen[bytes], tuple[Job, float, IO[bytes]]] = {}
+    try:
+        while pending or running:
+            for job in [j for j in pending if done.issuperset(j.deps)][: parallel - len(running)]:
+                pending.remove(job)
+                job.command = job.argv()
+                job.log.parent.mkdir(parents=True, exist_ok=True)
+                log = job.log.open("wb")
+                proc = subprocess.Popen(job.command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+                running[proc] = (job, time.perf_counter(), log)
+                print(f"started  {job.name} (log: {job.log})", flush=True)
+            time.sleep(0.5)
+            for proc in [p for p in running if p.poll() is not None]:
+                job, start, log = running.pop(proc)
+                log.close()
+                job.wall_s = time.perf_counter() - start
+                if proc.returncode != 0:
+                    tail = "".join(job.log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+                    raise RunFailed(
+                        f"{job.name} failed (exit code {proc.returncode}); log: {job.log}\n"
+                        f"last lines of the log:\n{tail}"
+                    )
+                done.add(job.name)
+                print(f"finished {job.name} in {job.wall_s / 60:.1f} min{_held_out_note(job)}", flush=True)
+    finally:
+        for proc, (_, _, log) in running.items():
+            proc.kill()
+            proc.wait()
+            log.close()
+
+
+def _held_out_note(job: Job) -> str:
+    if job.run_dir is None:
+        return ""
+    r = run_result(job.run_dir)
+    return f": held-out success {r['sft_solved']:.3f} after SFT -> {r['rl_solved']:.3f} after RL"
+
+
+def rl_token_counts(run_dir: Path) -> tuple[int, int, int]:
+    """(tokens generated by all RL rollouts, RL iterations, tokens of the last iteration)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    totals = [int(r["perf/rl_tokens_total"]) for r in rows if "perf/rl_tokens_total" in r]
+    if not totals:
+        return 0, 0, 0
+    return totals[-1], len(totals), totals[-1] - (totals[-2] if len(totals) > 1 else 0)
+
+
+def run_result(run_dir: Path) -> dict[str, Any]:
+    evals = {e["label"]: e for e in json.loads((run_dir / "summary.json").read_text())["evals"]}
+    sft = evals["after_sft"]
+    rl = evals.get("after_rl", sft)  # a run without RL phases (zero budget): RL changed nothing
+    tokens, iterations, last = rl_token_counts(run_dir)
+    return {
+        "run_dir": str(run_dir),
+        "sft_solved": sft["eval/solved"],
+        "rl_solved": rl["eval/solved"],
+        "gain_solved": rl["eval/solved"] - sft["eval/solved"],
+        "sft_outcome": sft["eval/outcome"],
+        "rl_outcome": rl["eval/outcome"],
+        "gain_outcome": rl["eval/outcome"] - sft["eval/outcome"],
+        "rl_tokens": tokens,
+        "rl_iterations": iterations,
+        "last_iteration_tokens": last,
+    }
+
+
+def _set_args(overrides: list[str]) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
+def _build_argv(config: str, sets: list[str]) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--build-base", config, *_set_args(sets)]
+
+
+def _train_argv(
+    config: str, run_dir: Path, seed: int, sets: list[str], defaults: list[str], fixed: list[str]
+) -> list[str]:
+    """``teamrl train`` of ``config`` into ``run_dir``. The user's ``sets`` may change ``defaults``,
+    not ``fixed`` (what the comparison relies on) nor the seed and run directory."""
+    run = [f"run.seed={seed}", f"run.out_dir={run_dir.parent}", f"run.name={run_dir.name}"]
+    return [sys.executable, "-m", "teamrl.cli", "train", config, *_set_args([*defaults, *sets, *run, *fixed])]
+
+
+def _team_argv(run_dir: Path, seed: int, sets: list[str]) -> list[str]:
+    return _train_argv(TEAM_CONFIG, run_dir, seed, sets, COMMON, [])
+
+
+def _baseline_argv(run_dir: Path, seed: int, sets: list[str], team_dir: Path) -> list[str]:
+    """The Coder alone, doing RL until it generated as many tokens as the team run in ``team_dir``."""
+    tokens = rl_token_counts(team_dir)[0]
+    # No RL tokens in the team run: the equal-compute baseline does no RL either (without a budget it
+    # would instead run BASELINE_MAX_ITERATIONS iterations).
+    budget = [f"recipe.token_budget={tokens}"] if tokens else ["recipe.roles=[]"]
+    defaults = [*COMMON, f"recipe.iterations={BASELINE_MAX_ITERATIONS}"]
+    return _train_argv(SINGLE_CONFIG, run_dir, seed, sets, defaults, budget)
+
+
+def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[Job]:
+    """Base builds first, then every seed's team run, then the baselines (each after its team run)."""
+    jobs = [
+        Job(f"build_{name}", partial(_build_argv, config, sets), batch_dir / f"build_{name}.log")
+        for name, config in (("team", TEAM_CONFIG), ("single_coder", SINGLE_CONFIG))
+    ]
+    for seed in seeds:
+        team = batch_dir / f"team_s{seed}"
+        jobs.append(
+            Job(
+                team.name,
+                partial(_team_argv, team, seed, sets),
+                team.with_suffix(".log"),
+                ("build_team",),
+                team,
+            )
+        )
+    for seed in seeds:
+        team, single = batch_dir / f"team_s{seed}", batch_dir / f"single_coder_s{seed}"
+        deps = ("build_single_coder", team.name)
+        argv = partial(_baseline_argv, single, seed, sets, team)
+        jobs.append(Job(single.name, argv, single.with_suffix(".log"), deps, single))
+    return jobs
+
+
+def build_base(config: str, sets: list[str]) -> None:
+    """Build (or find in the cache) every embedded base model ``config`` uses; train nothing."""
+    import torch
+
+    from teamrl.config import load_config
+    from teamrl.trainer.build import embedded_checkpoint
+
+    torch.set_num_threads(1)
+    cfg = load_config(REPO / config, sets)
+    for pcfg in cfg.policies.values():
+        if pcfg.kind == "embedded":
+            print(f"embedded base: {embedded_checkpoint(cfg, pcfg, progress=False)}")
+
+
+# -- reporting ------------------------------------------------------------------------------------------
+RUNS = (("team", "team"), ("single_coder", "coder"))  # (key, short name in table headers)
+SUCCESS_COLUMNS = [
+    (r, f, f"{short} {h}", ".3f")
+    for r, short in RUNS
+    for f, h in (("sft_solved", "SFT"), ("rl_solved", "RL"), ("gain_solved", "gain"))
+] + [
+    ("team", "rl_tokens", "team tok", ".0f"),
+    ("single_coder", "rl_tokens", "coder tok", ".0f"),
+    ("team", "wall_min", "team min", ".1f"),
+]
+OUTCOME_COLUMNS = [
+    (r, f, f"{short} {h}", ".3f")
+    for r, short in RUNS
+    for f, h in (("sft_outcome", "SFT"), ("rl_outcome", "RL"), ("gain_outcome", "gain"))
+]
+
+
+def mean_std(values: list[float]) -> dict[str, float | None]:
+    """Mean and sample standard deviation (n-1; None for a single value)."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None}
+
+
+def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    fields = dict.fromkeys((r, f) for r, f, _, _ in SUCCESS_COLUMNS + OUTCOME_COLUMNS)
+    out = {f"{r}.{f}": mean_std([s[r][f] for s in per_seed]) for r, f in fields}
+    out["team_minus_coder.rl_solved"] = mean_std(
+        [s["team"]["rl_solved"] - s["single_coder"]["rl_solved"] for s in per_seed]
+    )
+    return out
+
+
+def format_table(
+    title: str,
+    columns: list[tuple[str, str, str, str]],
+    per_seed: list[dict[str, Any]],
+    agg: dict[str, dict[str, float | None]],
+) -> str:
+    width = max(10, *(len(h) + 2 for _, _, h, _ in columns))
+    lines = [title, f"{'':8}" + "".join(f"{h:>{width}}" for _, _, h, _ in columns)]
+    for s in per_seed:
+        cells = "".join(f"{s[r][f]:>{width}{fmt}}" for r, f, _, fmt in columns)
+        lines.append(f"{'seed ' + str(s['seed']):8}{cells}")
+    for stat in ("mean", "std"):
+        cells = [agg[f"{r}.{f}"][stat] for r, f, _, _ in columns]
+        lines.append(
+            f"{stat:8}"
+            + "".join(
+                f"{'n/a':>{width}}" if v is None else f"{v:>{width}{fmt}}"
+                for v, (_, _, _, fmt) in zip(cells, columns, strict=True)
+            )
+        )
+    return "\n".join(lines)
+
+
+def verdicts(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for metric in ("solved", "outcome"):
+        wins = sum(s["team"][f"rl_{metric}"] > s["team"][f"sft_{metric}"] for s in per_seed)
+        out[metric] = {
+            "seeds_improved": wins,
+            "every_seed": wins == len(per_seed),
+            "on_average": (agg[f"team.gain_{metric}"]["mean"] or 0.0) > 0,
+        }
+    return out
+
+
+def _pm(stat: dict[str, float | None]) -> str:
+    std = "n/a" if stat["std"] is None else f"{stat['std']:.3f}"
+    return f"{stat['mean']:+.3f} (std {std})"
+
+
+def format_verdicts(
+    per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]], v: dict[str, Any]
+) -> str:
+    n = len(per_seed)
+    yes = {True: "yes", False: "no"}
+    lines = []
+    for metric, name in (("solved", "success"), ("outcome", "pass fraction")):
+        m = v[metric]
+        lines.append(
+            f"team RL > SFT held-out {name}: on every seed {yes[m['every_seed']]} "
+            f"({m['seeds_improved']}/{n}), on average {yes[m['on_average']]} "
+            f"(gain {_pm(agg[f'team.gain_{metric}'])})"
+        )
+    lines.append(f"team minus single coder, success after RL: {_pm(agg['team_minus_coder.rl_solved'])}")
+    budget_missed = [s["seed"] for s in per_seed if not s["single_coder"]["budget_reached"]]
+    if budget_missed:
+        lines.append(f"warning: seeds {budget_missed}: the baseline stopped before spending its token budget")
+    return "\n".join(lines)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]], path: Path) -> None:
+    """Grouped bars of held-out success (SFT, RL) for team and single coder; dots are seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.36
+    for g, (run, _) in enumerate(RUNS):
+        for b, (f, label, color) in enumerate(
+            (("sft_solved", "after SFT", "tab:blue"), ("rl_solved", "after RL", "tab:orange"))
+        ):
+            x = g + (b - 0.5) * width
+            stat = agg[f"{run}.{f}"]
+            ax.bar(
+                x,
+                stat["mean"],
+                width,
+                yerr=stat["std"] or 0.0,
+                capsize=4,
+                color=color,
+                alpha=0.8,
+                ecolor="dimgray",
+                label=label if g == 0 else None,
+            )
+            # spread the dots across the bar so that they do not hide behind the error bar
+            n = len(per_seed)
+            dots_x = [x + width * 0.6 * ((i + 0.5) / n - 0.5) for i in range(n)] if n > 1 else [x]
+            ax.scatter(
+                dots_x,
+                [s[run][f] for s in per_seed],
+                color="black",
+                s=14,
+                zorder=3,
+                label="seeds" if g == b == 0 else None,
+            )
+    ax.set_xticks(range(len(RUNS)), ["team (planner, coder, reviewer, tester)", "coder alone"])
+    ax.set_ylabel("held-out success")
+    ax.set_title(f"Held-out success, mean ± std over {len(per_seed)} seed(s), equal RL tokens")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    _write_atomic(path, buf.getvalue())
+
+
+# -- main -----------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (each uses one torch thread)")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "runs")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for team and baseline runs alike",
+    )
+    parser.add_argument(
+        "--build-base",
+        metavar="CONFIG",
+        help="only build (or find in the cache) the embedded base of CONFIG, then exit",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.build_base:
+        build_base(args.build_base, args.set)
+        return 0
+    if args.jobs < 1 or len(set(args.seeds)) != len(args.seeds):
+        print("learning_gain: --jobs must be >= 1 and --seeds distinct", file=sys.stderr)
+        return 2
+    batch_dir = args.out_dir.resolve() / time.strftime("%Y%m%d-%H%M%S")
+    if batch_dir.exists():  # two invocations within one second
+        batch_dir = batch_dir.with_name(f"{batch_dir.name}-{os.getpid()}")
+    jobs = plan_jobs(args.seeds, args.set, batch_dir)
+    print(f"{len(args.seeds)} seed(s), {args.jobs} job(s) at once, runs in {batch_dir}", flush=True)
+    start = time.perf_counter()
+    try:
+        run_jobs(jobs, args.jobs)
+    except RunFailed as exc:
+        print(f"learning_gain: {exc}", file=sys.stderr)
+        return 1
+    by_name = {j.name: j for j in jobs}
+    per_seed = []
+    for seed in args.seeds:
+        team, single = by_name[f"team_s{seed}"], by_name[f"single_coder_s{seed}"]
+        t = {
+            **run_result(batch_dir / team.name),
+            "wall_min": team.wall_s / 60,
+            "command": shlex.join(team.command),
+        }
+        c = {
+            **run_result(batch_dir / single.name),
+            "wall_min": single.wall_s / 60,
+            "command": shlex.join(single.command),
+            "token_budget": t["rl_tokens"],
+        }
+        c["budget_reached"] = c["rl_tokens"] >= t["rl_tokens"]
+        per_seed.append({"seed": seed, "team": t, "single_coder": c})
+    agg = aggregate(per_seed)
+    v = verdicts(per_seed, agg)
+    print()
+    print(
+        format_table(
+            "held-out success (fraction of tasks whose code passes every hidden test)",
+            SUCCESS_COLUMNS,
+            per_seed,
+            agg,
+        )
+    )
+    print()
+    print(
+        format_table(
+            "held-out pass fraction (mean fraction of hidden tests passed)", OUTCOME_COLUMNS, per_seed, agg
+        )
+    )
+    print()
+    print(format_verdicts(per_seed, agg, v))
+    result = {
+        "seeds": args.seeds,
+        "sets": args.set,
+        "team_config": TEAM_CONFIG,
+        "baseline_config": SINGLE_CONFIG,
+        "batch_dir": str(batch_dir),
+        "total_wall_min": (time.perf_counter() - start) / 60,
+        "commands": [shlex.join(j.command) for j in jobs],
+        "per_seed": per_seed,
+        "aggregate": agg,
+        "team_rl_beats_sft": v,
+    }
+    results_dir = args.results_dir.resolve()
+    _write_atomic(results_dir / "learning_gain.json", (json.dumps(result, indent=2) + "\n").encode())
+    plot(per_seed, agg, results_dir / "learning_gain.png")
+    print(f"\nwrote {results_dir / 'learning_gain.json'} and {results_dir / 'learning_gain.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Atomic writes: a killed writer leaves the old version or the new one, never half of either."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def recover_directory(target: Path) -> None:
+    """Undo a replacement by :func:`atomic_directory` that was killed between its two renames."""
+    target = Path(target)
+    if target.exists():
+        return
+    olds = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds:
+        olds[-1].rename(target)
+
+
+@contextmanager
+def atomic_directory(target: Path, replace: bool = True) -> Iterator[Path]:
+    """Yield a sibling temp dir to fill; on success it becomes ``target``, on error it is deleted.
+
+    A killed writer therefore never leaves a half-written ``target`` (at worst a stale hidden temp dir).
+    An existing ``target`` is swapped out when ``replace`` (leaving a brief moment where it does not
+    exist), or kept and the new contents discarded when not (a concurrent writer won the race).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        if not target.exists():
+            tmp.rename(target)
+        elif replace:
+            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+            target.rename(old)
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        # else: a concurrent writer already produced target; ours is dropped below
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,136 @@
+"""End to end on a very small embedded model: SFT, freeze-rotate RL, checkpoints, resume, eval."""
+
+import json
+
+import pytest
+
+from teamrl.cli import main as cli_main
+from teamrl.config import load_config
+from teamrl.trainer.trainer import FrozenParametersChanged, Trainer
+
+SMALL = [
+    "policies.default.embedded.hidden_size=64",
+    "policies.default.embedded.num_layers=2",
+    "policies.default.embedded.num_heads=2",
+    "policies.default.embedded.vocab_size=400",
+    "policies.default.embedded.demo_episodes=40",
+    "policies.default.embedded.epochs=1",
+    "policies.default.lora.r=4",
+    "policies.default.lora.alpha=8",
+    "recipe.sft.demo_episodes=8",
+    "tasks.heldout_size=3",
+    "algorithm.group_size=2",
+    "algorithm.tasks_per_iteration=2",
+    "algorithm.ppo_epochs=2",
+    "recipe.name=freeze_rotate",
+    "recipe.rounds=1",
+    "recipe.iterations_per_role=1",
+    "recipe.roles=[coder,reviewer]",
+    "run.progress=false",
+]
+
+
+@pytest.fixture
+def small_cfg(tmp_path):
+    return load_config(overrides=SMALL + [f"policies.default.embedded.cache_dir={tmp_path / 'cache'}"])
+
+
+def test_freeze_rotate_run_writes_everything_and_trains_only_the_current_role(
+    small_cfg, tmp_path, monkeypatch
+):
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    seen = []
+    original_update = trainer.update
+
+    def spy(episodes, roles):
+        before = trainer.fingerprints()
+        stats = original_update(episodes, roles)
+        after = trainer.fingerprints()
+        skipped = {r for r in roles if stats.get(f"train/{r}/skipped")}
+        seen.append((roles, skipped, {k for k in before if before[k] != after[k]}))
+        return stats
+
+    monkeypatch.setattr(trainer, "update", spy)
+    summary = trainer.fit()
+    run = tmp_path / "run"
+    assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_round1_coder", "after_rl"]
+    assert [roles for roles, _, _ in seen] == [("coder",), ("reviewer",)]
+    for roles, skipped, changed in seen:
+        assert (
+            changed == set(roles) - skipped
+        )  # the phase's role moved (unless all advantages were 0), nothing else
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "phase" in r] == [1, 2]
+    assert all("rollout/reward/coder" in r for r in rows if "phase" in r)
+    assert (run / "config.yaml").exists() and (run / "summary.json").exists()
+    assert (run / "checkpoint" / "adapters" / "coder" / "adapter_config.json").exists()
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert (run / "episodes" / "eval_after_rl.jsonl").exists()
+
+
+def test_update_changes_exactly_the_trained_adapter(small_cfg, tmp_path):
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    trainer.sft_roles()
+    tasks = trainer.suite.fixed_set("train", 2)
+    episodes = trainer.rollout(tasks, 2)
+    for ep in episodes:  # make the two episodes of each task differ, so advantages are non-zero
+        ep.rewards = {r: float(ep.group) for r in ep.rewards}
+    before = trainer.fingerprints()
+    stats = trainer.update(episodes, ("coder",))
+    after = trainer.fingerprints()
+    assert {k for k in before if before[k] != after[k]} == {"coder"}
+    assert stats["train/coder/turns"] >= 2 and stats["train/coder/grad_norm"] > 0
+    assert "train/coder/kl" in stats
+
+
+def test_a_changed_frozen_role_is_caught(small_cfg, tmp_path):
+    import torch
+
+    from teamrl.recipes import Phase
+
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    trainer.sft_roles()
+    before = trainer.fingerprints()
+    with torch.no_grad():
+        trainer.policy_of("planner").adapter_parameters("planner")[0].add_(1.0)
+    with pytest.raises(FrozenParametersChanged, match="planner"):
+        trainer.check_frozen(before, Phase("x", ("coder",), 1))
+
+
+def test_resume_continues_where_a_killed_run_stopped(small_cfg, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    trainer = Trainer(small_cfg, run)
+    calls = {"n": 0}
+    original = trainer.update
+
+    def dies_on_second(episodes, roles):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # killed mid-run
+        return original(episodes, roles)
+
+    monkeypatch.setattr(trainer, "update", dies_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    state = json.loads((run / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 1 and state["phase"] == 1
+
+    resumed = Trainer(load_config(run / "config.yaml"), run, resume=True)
+    assert resumed.state.step == 1
+    summary = resumed.fit()
+    assert summary["evals"][-1]["label"] == "after_rl"
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rl_steps = [s for s in steps if s > 0]
+    assert sorted(set(rl_steps)) == [1, 2]
+
+
+def test_cli_reports_bad_config_without_a_traceback(capsys):
+    code = cli_main(["train", "--set", "algorithm.group_size=1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "algorithm.group_size" in err and "Traceback" not in err
+
+
+def test_cli_schema_prints_message_schema(capsys):
+    assert cli_main(["schema"]) == 0
+    assert '"title": "Message"' in capsys.readouterr().out
