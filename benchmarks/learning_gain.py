@@ -2,8 +2,9 @@
 
 For every seed: train the main job (examples/pipeline_freeze_rotate.yaml: four roles, freeze-rotate),
 read how many tokens its RL rollouts generated, then train the single-agent baseline
-(examples/single_coder.yaml) with the same seed and ``recipe.token_budget`` set to that number, so
-both spend the same generation compute on RL. Prints held-out success (and pass fraction) after SFT
+(examples/single_coder.yaml) from the same base model, with the same seed and
+``recipe.token_budget`` set to that number, so both spend the same generation compute on RL.
+Prints held-out success (and pass fraction) after SFT
 and after RL per seed, with mean and sample standard deviation, and writes
 ``<results-dir>/learning_gain.json`` and ``<results-dir>/learning_gain.png``.
 
@@ -13,9 +14,9 @@ and after RL per seed, with mean and sample standard deviation, and writes
 ``--set`` applies to team and baseline runs alike (e.g. a smaller model for a smoke run). Every
 invocation puts its runs in a fresh ``<out-dir>/<timestamp>/`` (run dirs ``team_s<seed>`` and
 ``single_coder_s<seed>``, each with its output in a ``.log`` next to it), so re-running never collides
-with earlier runs and keeps them for inspection. Before any training the embedded base model of each
-config is built once into the shared cache (the Coder-only workflow has its own demonstration corpus,
-hence its own base), so the concurrent runs after that only read the cache. Each run uses one torch
+with earlier runs and keeps them for inspection. Before any training the team's embedded base model is
+built once into the shared cache; every run after that (the baselines load it as an ``hf`` checkpoint)
+only reads it. Each run uses one torch
 thread; ``--jobs`` runs go at once, and a seed's baseline starts only after its team run finished.
 """
 
@@ -155,22 +156,30 @@ def _team_argv(run_dir: Path, seed: int, sets: list[str]) -> list[str]:
     return _train_argv(TEAM_CONFIG, run_dir, seed, sets, COMMON, [])
 
 
+def _team_base_path(sets: list[str]) -> str:
+    """Where the team's embedded base lives: the baseline starts from the very same weights."""
+    from teamrl.config import load_config
+    from teamrl.trainer.build import embedded_checkpoint_path
+
+    cfg = load_config(REPO / TEAM_CONFIG, sets)
+    return str(embedded_checkpoint_path(cfg, cfg.policies["default"]))
+
+
 def _baseline_argv(run_dir: Path, seed: int, sets: list[str], team_dir: Path) -> list[str]:
-    """The Coder alone, doing RL until it generated as many tokens as the team run in ``team_dir``."""
+    """The Coder alone, on the team's base model, doing RL until it generated as many tokens as the
+    team run in ``team_dir``."""
     tokens = rl_token_counts(team_dir)[0]
     # No RL tokens in the team run: the equal-compute baseline does no RL either (without a budget it
     # would instead run BASELINE_MAX_ITERATIONS iterations).
     budget = [f"recipe.token_budget={tokens}"] if tokens else ["recipe.roles=[]"]
     defaults = [*COMMON, f"recipe.iterations={BASELINE_MAX_ITERATIONS}"]
-    return _train_argv(SINGLE_CONFIG, run_dir, seed, sets, defaults, budget)
+    same_base = ["policies.default.kind=hf", f"policies.default.path={_team_base_path(sets)}"]
+    return _train_argv(SINGLE_CONFIG, run_dir, seed, sets, defaults, budget + same_base)
 
 
 def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[Job]:
     """Base builds first, then every seed's team run, then the baselines (each after its team run)."""
-    jobs = [
-        Job(f"build_{name}", partial(_build_argv, config, sets), batch_dir / f"build_{name}.log")
-        for name, config in (("team", TEAM_CONFIG), ("single_coder", SINGLE_CONFIG))
-    ]
+    jobs = [Job("build_team", partial(_build_argv, TEAM_CONFIG, sets), batch_dir / "build_team.log")]
     for seed in seeds:
         team = batch_dir / f"team_s{seed}"
         jobs.append(
@@ -184,7 +193,7 @@ def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[Job]:
         )
     for seed in seeds:
         team, single = batch_dir / f"team_s{seed}", batch_dir / f"single_coder_s{seed}"
-        deps = ("build_single_coder", team.name)
+        deps = (team.name,)
         argv = partial(_baseline_argv, single, seed, sets, team)
         jobs.append(Job(single.name, argv, single.with_suffix(".log"), deps, single))
     return jobs

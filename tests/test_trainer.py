@@ -14,7 +14,7 @@ SMALL = [
     "policies.default.embedded.num_heads=2",
     "policies.default.embedded.vocab_size=400",
     "policies.default.embedded.demo_episodes=40",
-    "policies.default.embedded.epochs=1",
+    "policies.default.embedded.steps=8",
     "policies.default.lora.r=4",
     "policies.default.lora.alpha=8",
     "recipe.sft.demo_episodes=8",
@@ -27,6 +27,7 @@ SMALL = [
     "recipe.iterations_per_role=1",
     "recipe.roles=[coder,reviewer]",
     "run.progress=false",
+    "run.eval_each_phase=true",
 ]
 
 
@@ -122,6 +123,16 @@ def test_resume_continues_where_a_killed_run_stopped(small_cfg, tmp_path, monkey
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     rl_steps = [s for s in steps if s > 0]
     assert sorted(set(rl_steps)) == [1, 2]
+
+
+def test_cli_eval_scores_a_finished_run(small_cfg, tmp_path, capsys):
+    run = tmp_path / "run"
+    Trainer(small_cfg, run).fit()
+    assert cli_main(["eval", str(run), "--n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out evaluation" in out and str(run) in out
+    rows = [json.loads(line) for line in (run / "episodes" / "eval_eval.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all("rewards" in r for r in rows)
 
 
 def test_cli_reports_bad_config_without_a_traceback(capsys):

@@ -340,9 +340,10 @@ class Trainer:
             st.phase_iteration = 0
             if index == len(phases) - 1:
                 st.evals.append(self.evaluate("after_rl", save_episodes=True))
-            else:
+                self.log_metrics({"step": st.step, **_numeric(st.evals[-1])})
+            elif cfg.run.eval_each_phase:
                 st.evals.append(self.evaluate(f"after_{phase.name.replace('/', '_')}"))
-            self.log_metrics({"step": st.step, **_numeric(st.evals[-1])})
+                self.log_metrics({"step": st.step, **_numeric(st.evals[-1])})
             self.save_checkpoint()
         if self._tb is not None:
             self._tb.close()
