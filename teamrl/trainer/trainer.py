@@ -48,6 +48,15 @@ class TrainerState:
     evals: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class _Sample:
+    """One turn to learn from, with its advantage and (when KL is on) reference log-probs."""
+
+    turn: Turn
+    advantage: float
+    ref_logprobs: list[float] = field(default_factory=list)
+
+
 def _ref(role: str) -> str:
     return f"ref_{role}"
 
@@ -119,7 +128,7 @@ class Trainer:
         torch.manual_seed(self.cfg.run.seed + 12345)  # same sampling noise for every evaluation
         for policy in self.policies.values():
             policy.model.eval()
-        episodes = self.rollout(tasks, 1)
+        episodes = self.rollout(tasks, self.cfg.run.eval_samples)
         result = {"label": label, "step": self.state.step, **summarize(episodes, prefix="eval/")}
         if save_episodes:
             write_jsonl(self.run_dir / "episodes" / f"eval_{label}.jsonl", (e.model_dump() for e in episodes))
@@ -138,14 +147,15 @@ class Trainer:
         return role_relative_advantages(rewards, groups, scale=a.scale)
 
     def update(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, float]:
-        """One GRPO / M-GRPO update of each role in ``roles`` on the turns it took in ``episodes``."""
+        """GRPO / M-GRPO update of each role in ``roles`` on the turns it took in ``episodes``:
+        ``ppo_epochs`` passes over the turns, each split into ``minibatches`` optimizer steps."""
         a = self.cfg.algorithm
         adv = self.advantages(episodes, roles)
         stats: dict[str, float] = {}
         for role in roles:
             policy = self.policy_of(role)
-            items: list[tuple[Turn, float]] = [
-                (t, float(adv[role][i]))
+            items: list[_Sample] = [
+                _Sample(t, float(adv[role][i]))
                 for i, ep in enumerate(episodes)
                 for t in ep.turns
                 if t.role == role and t.completion_ids and abs(float(adv[role][i])) > 1e-8
@@ -153,57 +163,81 @@ class Trainer:
             if not items:  # every group had equal rewards: nothing to learn from this batch
                 stats[f"train/{role}/skipped"] = 1.0
                 continue
+            if a.kl_coef > 0:
+                self._attach_ref_logprobs(policy, role, items)
             policy.set_trainable([role])
             policy.model.train()
             opt = self._optimizer(role)
-            total_tokens = float(sum(len(t.completion_ids) for t, _ in items))
-            chunks = [items[i : i + a.micro_batch] for i in range(0, len(items), a.micro_batch)]
-            refs = [self._ref_logprobs(policy, role, chunk) for chunk in chunks] if a.kl_coef > 0 else None
+            order = random.Random(self.state.step).sample(items, len(items))
+            size = -(-len(order) // min(a.minibatches, len(order)))
+            minibatches = [order[i : i + size] for i in range(0, len(order), size)]
             agg: dict[str, float] = {}
+            steps = a.ppo_epochs * len(minibatches)
             for _ in range(a.ppo_epochs):
-                opt.zero_grad(set_to_none=True)
-                for c, chunk in enumerate(chunks):
-                    logp, mask = policy.token_logprobs(
-                        role,
-                        [t.prompt_ids for t, _ in chunk],
-                        [t.completion_ids for t, _ in chunk],
-                        a.temperature,
-                    )
-                    old = _pad([t.logprobs for t, _ in chunk], logp.shape[1])
-                    out = grpo_loss(
-                        logp,
-                        old,
-                        torch.tensor([x for _, x in chunk]),
-                        mask,
-                        ref_logp=refs[c] if refs else None,
-                        clip_low=a.clip_low,
-                        clip_high=a.clip_high,
-                        kl_coef=a.kl_coef,
-                        num_tokens=total_tokens,
-                    )
-                    out.loss.backward()
-                    weight = out.stats["num_tokens"] / total_tokens / a.ppo_epochs
-                    for k, v in out.stats.items():
-                        if k != "num_tokens":
-                            agg[k] = agg.get(k, 0.0) + v * weight
-                grad_norm = torch.nn.utils.clip_grad_norm_(policy.adapter_parameters(role), a.max_grad_norm)
-                opt.step()
-                agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) / a.ppo_epochs
+                for minibatch in minibatches:
+                    self._step(policy, role, opt, minibatch, agg, weight=1.0 / steps)
             policy.set_trainable([])
             policy.model.eval()
             stats.update({f"train/{role}/{k}": v for k, v in agg.items()})
             stats[f"train/{role}/turns"] = float(len(items))
         return stats
 
+    def _step(
+        self,
+        policy: HFPolicy,
+        role: str,
+        opt: torch.optim.Optimizer,
+        batch: list[_Sample],
+        agg: dict[str, float],
+        weight: float,
+    ) -> None:
+        """One optimizer step on ``batch`` (micro-batched; token-mean loss over the whole batch)."""
+        a = self.cfg.algorithm
+        total_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
+        opt.zero_grad(set_to_none=True)
+        for start in range(0, len(batch), a.micro_batch):
+            chunk = batch[start : start + a.micro_batch]
+            logp, mask = policy.token_logprobs(
+                role,
+                [s.turn.prompt_ids for s in chunk],
+                [s.turn.completion_ids for s in chunk],
+                a.temperature,
+            )
+            width = logp.shape[1]
+            out = grpo_loss(
+                logp,
+                _pad([s.turn.logprobs for s in chunk], width),
+                torch.tensor([s.advantage for s in chunk]),
+                mask,
+                ref_logp=_pad([s.ref_logprobs for s in chunk], width) if a.kl_coef > 0 else None,
+                clip_low=a.clip_low,
+                clip_high=a.clip_high,
+                kl_coef=a.kl_coef,
+                num_tokens=total_tokens,
+            )
+            out.loss.backward()
+            share = weight * out.stats["num_tokens"] / total_tokens
+            for k, v in out.stats.items():
+                if k != "num_tokens":
+                    agg[k] = agg.get(k, 0.0) + v * share
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.adapter_parameters(role), a.max_grad_norm)
+        opt.step()
+        agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight
+
     @torch.no_grad()
-    def _ref_logprobs(self, policy: HFPolicy, role: str, chunk: list[tuple[Turn, float]]) -> torch.Tensor:
-        logp, _ = policy.token_logprobs(
-            _ref(role),
-            [t.prompt_ids for t, _ in chunk],
-            [t.completion_ids for t, _ in chunk],
-            self.cfg.algorithm.temperature,
-        )
-        return logp
+    def _attach_ref_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> None:
+        """Log-probs of each turn under the role's frozen SFT snapshot (the KL reference)."""
+        mb = self.cfg.algorithm.micro_batch
+        for start in range(0, len(items), mb):
+            chunk = items[start : start + mb]
+            logp, _ = policy.token_logprobs(
+                _ref(role),
+                [s.turn.prompt_ids for s in chunk],
+                [s.turn.completion_ids for s in chunk],
+                self.cfg.algorithm.temperature,
+            )
+            for row, s in enumerate(chunk):
+                s.ref_logprobs = logp[row, : len(s.turn.completion_ids)].tolist()
 
     # -- SFT ------------------------------------------------------------------------------------
     def sft_roles(self) -> dict[str, float]:
