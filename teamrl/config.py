@@ -120,15 +120,15 @@ class AlgorithmConfig(_Strict):
     )
     group_size: int = Field(8, ge=2, description="G episodes per task")
     tasks_per_iteration: int = Field(8, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(5e-4, gt=0)
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0)
-    kl_coef: float = Field(0.02, ge=0)
+    kl_coef: float = Field(0.01, ge=0)
     ppo_epochs: int = Field(2, ge=1, description="passes over each batch of episodes")
-    minibatches: int = Field(2, ge=1, description="optimizer steps per pass (the turns split evenly)")
+    minibatches: int = Field(4, ge=1, description="optimizer steps per pass (the turns split evenly)")
     micro_batch: int = Field(64, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(0.7, gt=0, description="sampling temperature of rollouts and evaluations")
     scale: Literal["std", "none"] = "std"
 
 

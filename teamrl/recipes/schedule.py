@@ -17,10 +17,15 @@ class Phase:
 
 
 def freeze_rotate(roles: Sequence[str], rounds: int, iterations_per_role: int) -> list[Phase]:
-    """For each round and each role: RL that role alone while the others are frozen."""
-    return [
-        Phase(f"round{r + 1}/{role}", (role,), iterations_per_role) for r in range(rounds) for role in roles
-    ]
+    """For each round and each role: RL that role alone while the others are frozen. A role listed
+    twice in ``roles`` gets two phases per round (named ``role#2`` the second time)."""
+    phases = []
+    for r in range(rounds):
+        for i, role in enumerate(roles):
+            seen = list(roles[:i]).count(role)
+            suffix = f"#{seen + 1}" if seen else ""
+            phases.append(Phase(f"round{r + 1}/{role}{suffix}", (role,), iterations_per_role))
+    return phases
 
 
 def joint(roles: Sequence[str], iterations: int) -> list[Phase]:
