@@ -132,7 +132,7 @@ def test_cli_eval_scores_a_finished_run(small_cfg, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "held-out evaluation" in out and str(run) in out
     rows = [json.loads(line) for line in (run / "episodes" / "eval_eval.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and all("rewards" in r for r in rows)
+    assert len(rows) == 2 * small_cfg.run.eval_samples and all("rewards" in r for r in rows)
 
 
 def test_cli_reports_bad_config_without_a_traceback(capsys):
