@@ -44,17 +44,10 @@ def _sandbox_processes() -> list[str]:
     slots = sandbox_module._SLOTS_PER_PROCESS
     first = sandbox_module._UID_BASE + (os.getpid() % sandbox_module._PID_SPAN) * slots
     found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = Path(entry.path, "status").read_text()
-        except OSError:
-            continue
-        info = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    for pid, info in sandbox_module.process_statuses():
         uid, ppid = int(info["Uid"].split()[0]), int(info["PPid"])
         if first <= uid < first + slots or ppid == os.getpid():
-            found.append(f"{entry.name} uid={uid} {info['Name'].strip()} {info['State'].strip()}")
+            found.append(f"{pid} uid={uid} {info['Name'].strip()} {info['State'].strip()}")
     return found
 
 

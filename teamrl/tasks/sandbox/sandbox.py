@@ -296,24 +296,29 @@ def _placement(work_dir: str | None) -> dict:
     return {"cwd": work_dir or "/", "env": env}
 
 
+def process_statuses() -> Iterator[tuple[int, dict[str, str]]]:
+    """``(pid, fields of /proc/PID/status)`` for every process still there when it is read."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = Path(entry.path, "status").read_text()
+        except OSError:
+            continue  # already gone
+        yield int(entry.name), dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+
+
 def _kill_uid(uid: int) -> None:
     """SIGKILL every process whose real uid is ``uid``, until none is left alive."""
     # Each pass also catches children forked just before their parent died; the bound only
     # guards against a process stuck in uninterruptible sleep.
     for _ in range(_KILL_PASSES):
         found = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                status = Path(entry.path, "status").read_text()
-            except OSError:
-                continue  # already gone
-            fields_ = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        for pid, fields_ in process_statuses():
             if int(fields_["Uid"].split()[0]) == uid and not fields_["State"].strip().startswith(("Z", "X")):
                 found = True
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
         if not found:
             return
     log.warning("sandbox: processes of uid %d survived %d SIGKILL passes", uid, _KILL_PASSES)
