@@ -288,6 +288,8 @@ def test_clear_errors(built: Path, tmp_path: Path) -> None:
         policy.add_adapter("coder")
     with pytest.raises(ValueError, match="exceeds the model's 512 positions"):
         policy.generate([GenerationRequest("x", None, max_new_tokens=600)])
+    (long,) = policy.generate([GenerationRequest("word " * 2000, None, max_new_tokens=12)])
+    assert len(long.prompt_ids) == 512 - 12 and long.prompt_ids[0] == policy.tokenizer.bos_token_id
 
 
 def test_measure_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

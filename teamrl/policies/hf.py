@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import hashlib
 import inspect
+import logging
 import re
 import shutil
 import warnings
@@ -31,6 +32,8 @@ from teamrl.policies.base import Generation, GenerationRequest
 from teamrl.policies.sft import FULL_LR, SFTSettings, sft_train
 
 _ADAPTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+log = logging.getLogger("teamrl.policies")
 
 
 @dataclass(frozen=True)
@@ -303,12 +306,20 @@ class HFPolicy:
         prompt_ids = self.tokenizer([r.prompt for r in requests])["input_ids"] if requests else []
         limit = self._max_positions
         for i, req in enumerate(requests):
-            if limit is not None and len(prompt_ids[i]) + req.max_new_tokens > limit:
+            if limit is None or len(prompt_ids[i]) + req.max_new_tokens <= limit:
+                continue
+            if req.max_new_tokens >= limit:
                 raise ValueError(
-                    f"request {i}: prompt of {len(prompt_ids[i])} tokens + "
-                    f"max_new_tokens={req.max_new_tokens} exceeds the model's {limit} positions: "
-                    "shorten the prompt or lower max_new_tokens"
+                    f"request {i}: max_new_tokens={req.max_new_tokens} exceeds the model's "
+                    f"{limit} positions: lower max_new_tokens"
                 )
+            # A prompt grown long by earlier turns must not stop the run: keep its first token (BOS)
+            # and its most recent part, and say so.
+            keep = limit - req.max_new_tokens - 1
+            log.warning(
+                "policy %s: prompt of %d tokens cut to its last %d", self.name, len(prompt_ids[i]), keep
+            )
+            prompt_ids[i] = prompt_ids[i][:1] + prompt_ids[i][-keep:]
         results: list[Generation | None] = [None] * len(requests)
         for (adapter, temperature, max_new), idxs in groups.items():
             idxs.sort(key=lambda i: len(prompt_ids[i]))  # similar lengths together: less padding
