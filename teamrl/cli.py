@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teamrl", description="Train teams of LLM agents with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train a team (SFT, then the recipe's RL phases)")
-    p.add_argument("config", nargs="?", help="YAML config (default: the built-in main job)")
+    p.add_argument("config", nargs="?", help="YAML config (default: the defaults in teamrl/config.py)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run where it left off")
     p.set_defaults(func=cmd_train)
