@@ -1,0 +1,69 @@
+"""Evaluate an actor for whole episodes on a vectorised env, with the return definition of run.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from teamrl.marl.core import VecMultiAgentEnv, VecStep
+
+Actor = Callable[[VecStep], dict[str, np.ndarray]]
+
+
+def evaluate(actor: Actor, env: VecMultiAgentEnv, episodes: int, seed: int = 12345) -> dict[str, float]:
+    """Play until ``episodes`` episodes have ended; returns mean/std of the return summed over agents,
+    the per-agent means and the mean episode length. Copies keep playing past the quota, but only the
+    first ``episodes`` finished episodes are counted."""
+    step = env.reset(seed=seed)
+    running = {a: np.zeros(env.num_envs) for a in env.agents}
+    length = np.zeros(env.num_envs, dtype=np.int64)
+    totals: list[float] = []
+    per_agent: dict[str, list[float]] = {a: [] for a in env.agents}
+    lengths: list[int] = []
+    while len(totals) < episodes:
+        step = env.step(actor(step))
+        length += 1
+        for a in env.agents:
+            running[a] += step.rewards[a]
+        for i in np.flatnonzero(step.done):
+            if len(totals) < episodes:
+                totals.append(float(sum(running[a][i] for a in env.agents)))
+                for a in env.agents:
+                    per_agent[a].append(float(running[a][i]))
+                lengths.append(int(length[i]))
+            for a in env.agents:
+                running[a][i] = 0.0
+            length[i] = 0
+    out = {
+        "return/mean": float(np.mean(totals)),
+        "return/std": float(np.std(totals)),
+        "episode_length": float(np.mean(lengths)),
+        "episodes": float(len(totals)),
+    }
+    out.update({f"return/{a}": float(np.mean(v)) for a, v in per_agent.items()})
+    return out
+
+
+def random_actor(env: VecMultiAgentEnv, seed: int = 0) -> Actor:
+    """Uniform over allowed actions (respects action masks), for baselines and smoke tests."""
+    rng = np.random.default_rng(seed)
+
+    def act(step: VecStep) -> dict[str, np.ndarray]:
+        out = {}
+        for a in env.agents:
+            space = env.action_spaces[a]
+            if hasattr(space, "n"):
+                if step.action_masks is not None and a in step.action_masks:
+                    m = step.action_masks[a].astype(np.float64)
+                    p = m / m.sum(axis=1, keepdims=True)
+                    out[a] = np.array([rng.choice(len(row), p=row) for row in p], dtype=np.int64)
+                else:
+                    out[a] = rng.integers(0, space.n, size=env.num_envs, dtype=np.int64)
+            else:
+                out[a] = rng.uniform(space.low, space.high, size=(env.num_envs, *space.shape)).astype(
+                    np.float32
+                )
+        return out
+
+    return act

@@ -1,0 +1,23 @@
+"""Algorithm names -> (module, preset). A module exposes ``Config``, ``train(cfg, run)`` and
+``make_actor(checkpoint) -> actor``; a preset fixes the fields that make the named variant."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ippo": ("teamrl.marl.ppo", {"centralised_critic": False}),
+    "mappo": ("teamrl.marl.ppo", {"centralised_critic": True}),
+    "qmix": ("teamrl.marl.qmix", {"mixer": "qmix"}),
+    "vdn": ("teamrl.marl.qmix", {"mixer": "vdn"}),
+    "maddpg": ("teamrl.marl.maddpg", {}),
+}
+
+
+def algorithm(name: str) -> tuple[ModuleType, dict[str, Any]]:
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(sorted(ALGORITHMS))}")
+    module, preset = ALGORITHMS[name]
+    return importlib.import_module(module), dict(preset)

@@ -1,0 +1,123 @@
+"""What every MARL algorithm gets from the driver: an env factory, logging, checkpoints, a progress bar.
+
+An algorithm module exposes ``Config`` (a pydantic model, ``extra="forbid"``, with ``total_env_steps``
+and ``seed`` among its fields) and ``train(cfg, run: RunContext) -> dict``. It builds its envs with
+``run.make_env(num_envs, seed)``, calls ``run.log(step, {...})`` with ``step`` = environment steps so
+far (one step of one copy = one env step; agent-steps = env steps x number of agents), calls
+``run.progress(step)`` to move the bar, and ``run.save_checkpoint(obj)`` for anything ``torch.save``
+can write. Episode returns are logged as ``return/mean`` (summed over agents, undiscounted, whole
+episodes), ``return/<agent>`` and ``episode_length``; the definition is written to the run's
+``metrics_definition.json`` so published numbers can be compared on the same scale.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from teamrl.atomic import atomic_write_text
+from teamrl.trainer.run_dir import JsonlLog
+
+RETURN_DEFINITION = (
+    "return/mean: undiscounted episode return summed over all agents, averaged over the episodes that "
+    "ended since the previous log row; episode_length: steps per episode; env steps count one step of "
+    "one environment copy, agent-steps = env steps x number of agents"
+)
+
+
+class RunContext:
+    def __init__(
+        self,
+        run_dir: Path | None,
+        make_env: Callable[[int, int], Any],
+        total_steps: int,
+        show_progress: bool = True,
+        tensorboard: bool = True,
+        extra_definition: str = "",
+    ) -> None:
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.make_env = make_env  # (num_envs, seed) -> VecMultiAgentEnv
+        self.total_steps = total_steps
+        self.history: list[dict[str, Any]] = []
+        self._log = self._tb = self._bar = None
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._log = JsonlLog(self.run_dir / "metrics.jsonl")
+            definition = {"returns": RETURN_DEFINITION, "env": extra_definition}
+            atomic_write_text(self.run_dir / "metrics_definition.json", json.dumps(definition, indent=1))
+            if tensorboard:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tb"))
+        if show_progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, mininterval=1.0)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
+        self.history.append(row)
+        if self._log is not None:
+            self._log.append(row)
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if math.isfinite(float(value)):
+                    self._tb.add_scalar(key, float(value), int(step))
+        if self._bar is not None and "return/mean" in row:
+            self._bar.set_postfix(ret=f"{row['return/mean']:.2f}", refresh=False)
+
+    def progress(self, step: int) -> None:
+        if self._bar is not None:
+            self._bar.update(max(0, int(step) - self._bar.n))
+
+    def save_checkpoint(self, obj: Any, name: str = "checkpoint.pt") -> Path | None:
+        """``torch.save`` to a temp file, then rename: a killed run keeps the previous checkpoint."""
+        if self.run_dir is None:
+            return None
+        import torch
+
+        path = self.run_dir / name
+        fd, tmp = tempfile.mkstemp(dir=self.run_dir, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            torch.save(obj, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self.run_dir is not None and self.history:
+            plot_curve(self.history, self.run_dir / "learning_curve.png")
+
+
+def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mean") -> None:
+    rows = [r for r in history if key in r and math.isfinite(r[key])]
+    if not rows:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["step"] for r in rows], [r[key] for r in rows])
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(key + " (summed over agents)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
