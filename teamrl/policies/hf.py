@@ -114,7 +114,10 @@ class HFPolicy:
             bos_token_id=tokenizer.bos_token_id, eos_token_id=self._eos_ids, pad_token_id=self._pad_id
         )
         self._max_positions: int | None = getattr(model.config, "max_position_embeddings", None)
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        forward_params = inspect.signature(model.forward).parameters
+        self._keeps_logits = "logits_to_keep" in forward_params
+        # transformers renamed past_key_values to cache (5.x); take whichever this model's forward has
+        self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
         model.eval()
         self._reindex()  # also freezes the base: nothing is trainable yet
 
@@ -334,56 +337,72 @@ class HFPolicy:
     def _generate_batch(
         self, prompts: list[list[int]], adapter: str | None, temperature: float, max_new_tokens: int
     ) -> list[Generation]:
+        """Sample (or greedily decode) one micro-batch with a KV cache.
+
+        Unlike ``model.generate``, a row leaves the batch (and its cache rows are dropped) as soon as it
+        emits EOS, so the long tail of one slow completion costs one row per step instead of the whole
+        batch. Log-probs are ``log_softmax(logits / T)`` of the chosen tokens, the numerics of
+        :meth:`token_logprobs`.
+        """
+        device = self.base.device
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for row, p in enumerate(prompts):
             ids[row, width - len(p) :] = torch.tensor(p)
             mask[row, width - len(p) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each row counts from its first token
         sample = temperature > 0
-        # top_k=0/top_p=1 make sampling plain softmax(logits / T); greedy must not name them (warnings).
-        knobs = {"temperature": temperature, "top_k": 0, "top_p": 1.0} if sample else {}
-        config = GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            do_sample=sample,
-            **knobs,
-            num_beams=1,
-            bos_token_id=self.tokenizer.bos_token_id,
-            eos_token_id=self._eos_ids,
-            pad_token_id=self._pad_id,
-            return_dict_in_generate=True,
-            output_logits=True,
-        )
-        device = self.base.device
-        with self._use(adapter):
-            out = self.model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
-            )
-        tokens = out.sequences[:, width:].cpu()
         scale = temperature if sample else 1.0
-        # Per step, not stacked: [B, steps, vocab] would be large for real vocabularies.
-        picked = [
-            F.log_softmax(step.float() / scale, dim=-1).gather(1, tokens[:, t : t + 1].to(device))[:, 0]
-            for t, step in enumerate(out.logits)
-        ]
-        logprobs = torch.stack(picked, dim=1).cpu()
-        eos = torch.tensor(self._eos_ids)
-        results = []
-        for row, p in enumerate(prompts):
-            row_tokens = tokens[row].tolist()
-            hits = torch.isin(tokens[row], eos).nonzero()
-            n = int(hits[0]) + 1 if len(hits) else len(row_tokens)
-            completion = row_tokens[:n]
-            results.append(
-                Generation(
-                    prompt_ids=list(p),
-                    completion_ids=completion,
-                    logprobs=logprobs[row, :n].tolist(),
-                    text=self.tokenizer.decode(completion, skip_special_tokens=True),
-                    finished=len(hits) > 0,
-                )
+        eos = torch.tensor(self._eos_ids, device=device)
+        keep_last = {"logits_to_keep": 1} if self._keeps_logits else {}
+        completions: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        finished = [False] * len(prompts)
+        alive = list(range(len(prompts)))  # original row of each live batch row
+        with self._use(adapter):
+            out = self.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep_last
             )
-        return results
+            cache = getattr(out, self._cache_kw)
+            next_pos = positions[:, -1:] + 1
+            for step in range(max_new_tokens):
+                lp = F.log_softmax(out.logits[:, -1].float() / scale, dim=-1)
+                token = torch.multinomial(lp.exp(), 1) if sample else lp.argmax(-1, keepdim=True)
+                chosen = lp.gather(1, token)[:, 0].tolist()
+                done = torch.isin(token[:, 0], eos)
+                picked = zip(alive, token[:, 0].tolist(), chosen, done.tolist(), strict=True)
+                for row, tok, logp, end in picked:
+                    completions[row].append(tok)
+                    logprobs[row].append(logp)
+                    finished[row] = end
+                if step == max_new_tokens - 1 or bool(done.all()):
+                    break
+                if bool(done.any()):
+                    live = (~done).nonzero()[:, 0]
+                    cache.batch_select_indices(live)
+                    mask, next_pos, token = mask[live], next_pos[live], token[live]
+                    alive = [alive[i] for i in live.tolist()]
+                mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+                out = self.model(
+                    input_ids=token,
+                    attention_mask=mask,
+                    position_ids=next_pos,
+                    use_cache=True,
+                    **{self._cache_kw: cache},
+                )
+                next_pos = next_pos + 1
+        return [
+            Generation(
+                prompt_ids=list(p),
+                completion_ids=completions[row],
+                logprobs=logprobs[row],
+                text=self.tokenizer.decode(completions[row], skip_special_tokens=True),
+                finished=finished[row],
+            )
+            for row, p in enumerate(prompts)
+        ]
 
     def token_logprobs(
         self,
