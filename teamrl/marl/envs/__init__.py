@@ -1,0 +1,61 @@
+"""Environments for :mod:`teamrl.marl`, all behind :func:`make_vec_env`.
+
+* ``simple_spread``, ``simple_tag``, ``simple_adversary``: the batched numpy MPE (fast; agrees with
+  mpe2 step by step), ``kwargs`` go to the scenario (e.g. ``N``, ``local_ratio``, ``max_cycles``);
+* ``mpe2:<module>`` (e.g. ``mpe2:simple_spread_v3``): any mpe2 env through :class:`PettingZooVecEnv`,
+  ``kwargs`` go to its ``parallel_env``;
+* ``connect_four``, ``tictactoe``: PettingZoo classic games through :class:`TurnBasedVecEnv`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from typing import Any
+
+from teamrl.marl.core import VecMultiAgentEnv
+from teamrl.marl.envs.adapters import PettingZooVecEnv, TurnBasedVecEnv
+from teamrl.marl.envs.mpe import SCENARIOS, BatchedMPE, BatchedMPEParallelEnv, parallel_env
+
+TURN_BASED_GAMES = {
+    "connect_four": "pettingzoo.classic.connect_four_v3",
+    "tictactoe": "pettingzoo.classic.tictactoe_v3",
+}
+
+__all__ = [
+    "SCENARIOS",
+    "BatchedMPE",
+    "BatchedMPEParallelEnv",
+    "PettingZooVecEnv",
+    "TurnBasedVecEnv",
+    "list_envs",
+    "make_vec_env",
+    "parallel_env",
+]
+
+
+def _mpe2_modules() -> list[str]:
+    try:
+        import mpe2
+    except ImportError:
+        return []
+    return sorted(m.name for m in pkgutil.iter_modules(mpe2.__path__) if re.fullmatch(r".+_v\d+", m.name))
+
+
+def list_envs() -> list[str]:
+    """Every name :func:`make_vec_env` accepts."""
+    return [*SCENARIOS, *(f"mpe2:{m}" for m in _mpe2_modules()), *TURN_BASED_GAMES]
+
+
+def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: Any) -> VecMultiAgentEnv:
+    """``num_envs`` copies of the env ``name`` (see :func:`list_envs`); ``seed`` fixes the first reset."""
+    if name in SCENARIOS:
+        return SCENARIOS[name](num_envs=num_envs, seed=seed, **kwargs)
+    if name.startswith("mpe2:") and name[len("mpe2:") :] in _mpe2_modules():
+        module = importlib.import_module(f"mpe2.{name[len('mpe2:') :]}")
+        return PettingZooVecEnv(lambda: module.parallel_env(**kwargs), num_envs, seed=seed)
+    if name in TURN_BASED_GAMES:
+        module = importlib.import_module(TURN_BASED_GAMES[name])
+        return TurnBasedVecEnv(lambda: module.env(**kwargs), num_envs, seed=seed)
+    raise ValueError(f"unknown env {name!r}; valid names: {', '.join(list_envs())}")
