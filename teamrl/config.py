@@ -130,6 +130,11 @@ class AlgorithmConfig(_Strict):
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(0.7, gt=0, description="sampling temperature of rollouts and evaluations")
     scale: Literal["std", "none"] = "std"
+    share_frozen_turns: bool = Field(
+        True,
+        description="in training rollouts, sample each frozen role's turn once per group and share it, so "
+        "the trained role's advantages compare its own samples under a common context",
+    )
 
 
 class SFTConfig(_Strict):

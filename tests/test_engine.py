@@ -94,3 +94,33 @@ def test_scripted_seat_and_missing_engine():
         Team({"a": Seat(policy="p")})
     with pytest.raises(KeyError, match="no role 'z'"):
         asyncio.run(team.act("z", "p", "plan"))
+
+
+def test_shared_roles_sample_each_prompt_once_and_mark_the_copies_reused():
+    calls = []
+
+    def numbered(req):
+        calls.append(req.prompt)
+        return f"<plan>{req.prompt}#{len(calls)}</plan>"
+
+    engine = Engine({"p": ScriptedPolicy(numbered)})
+    team = Team({"planner": Seat(policy="p"), "coder": Seat(policy="p")}, engine)
+
+    async def episode(task, g):
+        plan = await team.act("planner", f"task{task}", "plan")
+        code = await team.act("coder", plan.message.content, "plan")
+        return plan, code
+
+    team.share_turns({"planner"})
+    out = engine.run([lambda t=t, g=g: episode(t, g) for t in range(2) for g in range(4)])
+    plans = [p for p, _ in out]
+    # one planner sample per task, shared by its 4 episodes; the coder samples every episode
+    assert [p.message.content for p in plans[:4]] == [plans[0].message.content] * 4
+    assert plans[0].message.content != plans[4].message.content
+    assert [p.reused for p in plans] == [False, True, True, True] * 2
+    assert sum(c in ("task0", "task1") for c in calls) == 2
+    assert not any(c.reused for _, c in out) and len(calls) == 2 + 8
+    team.share_turns()  # off again: every episode samples its own plan
+    calls.clear()
+    out = engine.run([lambda g=g: episode(0, g) for g in range(4)])
+    assert len({p.message.content for p, _ in out}) == 4 and not any(p.reused for p, _ in out)

@@ -6,12 +6,13 @@ scripted rule (tests, demonstrations) is the seat's business.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from teamrl.engine.engine import Engine
-from teamrl.policies.base import GenerationRequest
+from teamrl.policies.base import Generation, GenerationRequest
 from teamrl.protocol import FormatError, MessageKind, Turn, parse_message
 
 
@@ -48,6 +49,21 @@ class Team:
             raise ValueError(f"roles {needs_engine} are served by a policy, so the team needs an engine")
         self.seats = seats
         self.engine = engine
+        # Roles whose generations are shared: an identical prompt of such a role is sampled once and the
+        # result reused (see share_turns).
+        self.shared_roles: frozenset[str] = frozenset()
+        self._shared: dict[tuple[str, str], asyncio.Future[Generation]] = {}
+
+    def share_turns(self, roles: frozenset[str] | set[str] = frozenset()) -> None:
+        """From now on, sample each distinct prompt of ``roles`` once and give every episode that asks
+        the same the same turn (marked ``reused`` after the first); forget earlier shared samples.
+
+        The trainer shares the frozen roles' turns within a training rollout: the G episodes of a task
+        then see the same upstream turns, so the trained role's group-relative advantage compares its
+        own samples under a common context instead of mixing in its teammates' sampling noise.
+        """
+        self.shared_roles = frozenset(roles)
+        self._shared = {}
 
     @property
     def roles(self) -> list[str]:
@@ -71,7 +87,28 @@ class Team:
             return parsed_turn(Turn(role=role, round=round, prompt=prompt, text=text), kind)
         assert self.engine is not None
         request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, seat.temperature)
-        gen = await self.engine.generate(seat.policy, request)
+        reused = False
+        if role in self.shared_roles:
+            key = (role, prompt)
+            first = self._shared.get(key)
+            if first is None:
+                future = self._shared[key] = asyncio.get_running_loop().create_future()
+                try:
+                    gen = await self.engine.generate(seat.policy, request)
+                except BaseException as exc:
+                    del self._shared[key]  # a later episode asking the same samples afresh
+                    if isinstance(exc, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(exc)
+                        future.exception()  # retrieved: waiters get it; no "never retrieved" warning
+                    raise
+                future.set_result(gen)
+            else:
+                gen = await asyncio.shield(first)
+                reused = True
+        else:
+            gen = await self.engine.generate(seat.policy, request)
         turn = Turn(
             role=role,
             round=round,
@@ -81,6 +118,7 @@ class Team:
             completion_ids=gen.completion_ids,
             logprobs=gen.logprobs,
             finished=gen.finished,
+            reused=reused,
         )
         return parsed_turn(turn, kind)
 

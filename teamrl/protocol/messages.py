@@ -41,6 +41,10 @@ class Turn(BaseModel):
     finished: bool = True
     message: Message | None = None
     error: str | None = Field(default=None, description="why the raw text did not parse, if it did not")
+    reused: bool = Field(
+        default=False,
+        description="a frozen role's turn sampled once and shared by a group's episodes (not generated here)",
+    )
 
 
 class Episode(BaseModel):
@@ -60,7 +64,7 @@ class Episode(BaseModel):
 
     @property
     def num_generated_tokens(self) -> int:
-        return sum(len(t.completion_ids) for t in self.turns)
+        return sum(len(t.completion_ids) for t in self.turns if not t.reused)
 
 
 class FormatError(ValueError):

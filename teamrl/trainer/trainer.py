@@ -111,14 +111,23 @@ class Trainer:
         return self.optimizers[role]
 
     # -- rollout --------------------------------------------------------------------------------
-    def rollout(self, tasks: list[ProgrammingTask], group_size: int) -> list[Episode]:
-        """Play ``group_size`` episodes of every task concurrently, verify them and assign credit."""
+    def rollout(
+        self, tasks: list[ProgrammingTask], group_size: int, share: frozenset[str] = frozenset()
+    ) -> list[Episode]:
+        """Play ``group_size`` episodes of every task concurrently, verify them and assign credit.
+
+        ``share``: roles whose turn is sampled once per distinct prompt and reused by the whole group
+        (the frozen roles of a training phase; see ``Team.share_turns``)."""
         wf = self.cfg.workflow
 
         def factory(task: ProgrammingTask, g: int):
             return lambda: pipeline(self.team, task, wf, self.sandbox, group=g)
 
-        episodes = self.engine.run([factory(t, g) for t in tasks for g in range(group_size)])
+        self.team.share_turns(share)
+        try:
+            episodes = self.engine.run([factory(t, g) for t in tasks for g in range(group_size)])
+        finally:
+            self.team.share_turns()
         for ep in episodes:
             assign_hybrid_rewards(ep, wf.roles, self.cfg.reward.alpha, self.cfg.reward.format_penalty)
         return episodes
@@ -338,7 +347,10 @@ class Trainer:
                 torch.manual_seed(rng_base + st.step)
                 tasks = self.suite.sample("train", cfg.algorithm.tasks_per_iteration, rng)
                 tokens0, gen0 = self.engine.stats.generated_tokens, self.engine.stats.generate_s
-                episodes = self.rollout(tasks, cfg.algorithm.group_size)
+                shared = frozenset(
+                    r for r in cfg.workflow.order if r not in phase.roles and cfg.algorithm.share_frozen_turns
+                )
+                episodes = self.rollout(tasks, cfg.algorithm.group_size, shared)
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
