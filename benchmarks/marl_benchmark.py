@@ -1,0 +1,186 @@
+"""Classic MARL on simple_spread: teamrl's MAPPO against the repaired SB3 + SuperSuit IPPO, in one run.
+
+Environment: simple_spread, N=3 agents, 25 steps per episode, local_ratio 0.5, discrete actions. Return:
+the undiscounted episode return summed over the 3 agents, mean over 50 evaluation episodes (deterministic
+policies). One *env step* is one joint step of one copy; agent-steps = 3 x env steps.
+
+``speed``: training throughput (agent-steps per second, env steps and updates included, evaluation and
+set-up left out) of SB3 PPO + SuperSuit on mpe2, of teamrl MAPPO on the same mpe2 environment through the
+generic PettingZoo adaptor, and of teamrl MAPPO on the batched simple_spread (step-for-step equal to mpe2,
+see tests/test_marl_envs.py), all with one torch thread, one after the other in this process. Also reports
+throughput per CPU-second of the process, which is steadier when other jobs share the machine.
+
+``learning``: MAPPO over seeds at a budget of env steps, SB3 IPPO at the same budget (its own rollout
+rounding reported), IPPO / QMIX / MADDPG on the tasks that suit them, a random policy and the heuristic.
+
+    .venv/bin/python benchmarks/marl_benchmark.py speed [--env-steps 50000]
+    .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 300000]
+        [--sb3-seeds 0]
+
+Results go to benchmarks/results/marl_speed.json and marl_learning.json (+ .png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+RESULTS = REPO / "benchmarks" / "results"
+
+from benchmarks.marl_sb3_baseline import eval_heuristic, eval_random, train_sb3_ippo  # noqa: E402
+from teamrl.marl.evaluate import evaluate  # noqa: E402
+from teamrl.marl.train import EVAL_SEED, make_env_factory, resolve  # noqa: E402
+
+N_AGENTS = 3
+
+
+def train_teamrl(algo: str, env: str, env_steps: int, seed: int, extra: dict[str, Any] | None = None) -> dict:
+    """Train in-process (a temporary run directory); time the training alone (wall and CPU); evaluate."""
+    from teamrl.marl.run import RunContext
+
+    overrides = {"total_env_steps": env_steps, "seed": seed, **(extra or {})}
+    module, cfg, env_kwargs = resolve(algo, env, overrides)
+    torch.set_num_threads(1)
+    make_env = make_env_factory(env, env_kwargs)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = RunContext(Path(tmp), make_env, cfg.total_env_steps, show_progress=False, tensorboard=False)
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        result = module.train(cfg, run)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        checkpoint = torch.load(Path(tmp) / "checkpoint.pt", weights_only=False)
+    steps = int(checkpoint.get("env_steps", result.get("env_steps", env_steps)))
+    out = {
+        "algo": algo,
+        "env": env,
+        "seed": seed,
+        "env_steps": steps,
+        "agent_steps": steps * N_AGENTS,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "agent_steps_per_s": steps * N_AGENTS / wall,
+        "agent_steps_per_cpu_s": steps * N_AGENTS / cpu,
+    }
+    eval_env = make_env_factory("simple_spread" if env.startswith("mpe2:") else env, {})(50, EVAL_SEED)
+    ev = evaluate(module.make_actor(checkpoint, deterministic=True), eval_env, 50, seed=EVAL_SEED)
+    out.update(return_mean=ev["return/mean"], return_std=ev["return/std"])
+    return out
+
+
+def cmd_speed(args: argparse.Namespace) -> None:
+    rows = {
+        "sb3_ippo_supersuit_mpe2": train_sb3_ippo(args.env_steps, seed=0, threads=1),
+        "teamrl_mappo_mpe2": train_teamrl("mappo", "mpe2:simple_spread_v3", args.env_steps, 0),
+        "teamrl_mappo_batched": train_teamrl("mappo", "simple_spread", args.env_steps, 0),
+    }
+    base = rows["sb3_ippo_supersuit_mpe2"]
+    print(f"{'':28}{'env steps':>10}{'wall s':>9}{'agent-steps/s':>15}{'per CPU-s':>11}{'x SB3':>7}")
+    for name, r in rows.items():
+        ratio = r["agent_steps_per_s"] / base["agent_steps_per_s"]
+        r["ratio_vs_sb3"] = ratio
+        r["ratio_vs_sb3_cpu"] = r["agent_steps_per_cpu_s"] / base["agent_steps_per_cpu_s"]
+        print(
+            f"{name:28}{r['env_steps']:>10}{r['wall_s']:>9.1f}{r['agent_steps_per_s']:>15.0f}"
+            f"{r['agent_steps_per_cpu_s']:>11.0f}{ratio:>7.1f}"
+        )
+    slim = {k: {kk: v for kk, v in r.items() if kk != "checkpoints"} for k, r in rows.items()}
+    _write(RESULTS / "marl_speed.json", {"env_steps_requested": args.env_steps, "threads": 1, "runs": slim})
+
+
+def _mean_std(xs: list[float]) -> tuple[float, float]:
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def cmd_learning(args: argparse.Namespace) -> None:
+    res: dict[str, Any] = {"env_steps": args.env_steps, "seeds": args.seeds}
+    res["random"] = eval_random(50)
+    res["heuristic"] = eval_heuristic(50)
+    res["mappo"] = [train_teamrl("mappo", "simple_spread", args.env_steps, s) for s in args.seeds]
+    for r in res["mappo"]:
+        print(f"mappo seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
+    for algo, env, steps in [
+        ("ippo", "simple_spread", args.env_steps),
+        ("qmix", "simple_spread", args.qmix_steps),
+        ("maddpg", "simple_spread", args.maddpg_steps),
+    ]:
+        res[algo] = [train_teamrl(algo, env, steps, s) for s in args.other_seeds]
+        for r in res[algo]:
+            print(f"{algo} seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
+    res["sb3_ippo"] = [train_sb3_ippo(args.env_steps, seed=s, threads=1) for s in args.sb3_seeds]
+    for r in res["sb3_ippo"]:
+        print(f"sb3 seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
+    print(f"\n{'':12}{'env steps':>10}{'return (mean +- std over seeds)':>34}")
+    for name in ("random", "heuristic"):
+        print(f"{name:12}{'-':>10}{res[name]['return_mean']:>26.1f}")
+    for name in ("mappo", "ippo", "qmix", "maddpg", "sb3_ippo"):
+        m, s = _mean_std([r["return_mean"] for r in res[name]])
+        steps = res[name][0]["env_steps"] if res[name] else 0
+        res[f"{name}_summary"] = {"mean": m, "std": s, "n": len(res[name]), "env_steps": steps}
+        print(f"{name:12}{steps:>10}{m:>26.1f} +- {s:.1f} (n={len(res[name])})")
+    _write(RESULTS / "marl_learning.json", res)
+    _plot(res, RESULTS / "marl_learning.png")
+
+
+def _plot(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["random", "sb3_ippo", "ippo", "qmix", "maddpg", "mappo", "heuristic"]
+    means, errs, labels = [], [], []
+    for n in names:
+        if n in ("random", "heuristic"):
+            means.append(res[n]["return_mean"])
+            errs.append(0.0)
+        else:
+            means.append(res[f"{n}_summary"]["mean"])
+            errs.append(res[f"{n}_summary"]["std"])
+        labels.append(n.replace("_", "\n"))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar(labels, means, yerr=errs, color=["grey", "tab:orange", "tab:blue", "tab:green", "tab:purple",
+                                             "tab:red", "grey"])
+    ax.set_ylabel("return, summed over 3 agents")
+    ax.set_title(f"simple_spread N=3, 25 steps, 50 eval episodes; budget {res['env_steps']} env steps")
+    ax.axhline(-25, ls="--", color="k", lw=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    from teamrl.atomic import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=1, default=float))
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("speed")
+    p.add_argument("--env-steps", type=int, default=50_000)
+    p.set_defaults(func=cmd_speed)
+    p = sub.add_parser("learning")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--other-seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--sb3-seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--env-steps", type=int, default=300_000)
+    p.add_argument("--qmix-steps", type=int, default=300_000)
+    p.add_argument("--maddpg-steps", type=int, default=300_000)
+    p.set_defaults(func=cmd_learning)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
