@@ -1,4 +1,4 @@
-"""``teamrl`` command line: train, eval, schema."""
+"""``teamrl`` command line: train, eval, schema, and `marl` (classic multi-agent RL)."""
 
 from __future__ import annotations
 
@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("schema", help="print the JSON Schema of the messages roles exchange")
     p.set_defaults(func=cmd_schema)
+    from teamrl.marl.train import add_parser as add_marl_parser
+
+    add_marl_parser(sub)
     return parser
 
 

@@ -1,0 +1,462 @@
+"""IPPO and MAPPO: PPO for teams of agents, batched over environment copies and agents.
+
+One file, read top to bottom:
+
+* agents are split into *groups* that share one actor and one critic (``parameter_sharing``): all
+  agents (``shared``), one group per agent (``per_agent``), or one group per distinct pair of
+  observation / action spaces (``per_group``: predators and prey get their own networks). Networks
+  shared by several agents also see a one-hot agent id;
+* IPPO's critic sees the agent's own observation; MAPPO's (``centralised_critic``) sees the global
+  state plus the agent's own observation (the "agent-specific global state" of Yu et al. 2022);
+* each agent has its own value and advantage (rewards are per agent), computed with GAE; a copy cut by
+  a time limit is bootstrapped from the value of its ``final_obs`` / ``final_state``;
+* value targets are normalised by a running mean / std (``value_norm``, as in the MAPPO paper);
+* action masks are applied to the logits, so masked actions are never sampled.
+
+A group's rollout is one tensor ``[T, B, k, ...]`` (steps, copies, agents of the group): there are no
+Python loops over copies or agents in the hot path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from teamrl.marl.core import VecMultiAgentEnv, VecStep
+from teamrl.marl.nets import RunningMeanStd, mlp
+from teamrl.marl.run import RunContext
+
+MASKED_LOGIT = -1e9
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    total_env_steps: int = Field(2_000_000, ge=1, description="env steps (one step of one copy) to train")
+    seed: int = 0
+    num_envs: int = Field(128, ge=1, description="environment copies stepped in lock step")
+    rollout_steps: int = Field(25, ge=1, description="steps per copy between updates")
+    epochs: int = Field(5, ge=1, description="passes over each rollout")
+    minibatches: int = Field(2, ge=1, description="optimizer steps per pass")
+    lr: float = Field(1e-3, gt=0)
+    anneal_lr: bool = Field(True, description="decay the learning rate linearly to 0")
+    gamma: float = Field(0.99, ge=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    clip: float = Field(0.2, gt=0, description="PPO ratio clip")
+    value_clip: float | None = Field(
+        0.2, gt=0, description="clip the value change (normalised scale) around the rollout's; null: off"
+    )
+    ent_coef: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(10.0, gt=0, description="clipped separately for actors and critics")
+    centralised_critic: bool = Field(False, description="MAPPO: the critic sees the global state")
+    parameter_sharing: Literal["shared", "per_agent", "per_group"] = Field(
+        "per_group", description="per_group: agents with the same spaces share networks"
+    )
+    agent_id: bool = Field(True, description="one-hot agent id in the inputs of networks shared by agents")
+    hidden: list[int] = Field(default_factory=lambda: [64, 64], description="actor hidden layer sizes")
+    critic_hidden: list[int] | None = Field(None, description="critic hidden layer sizes (null: as hidden)")
+    activation: Literal["tanh", "relu"] = "relu"
+    value_norm: bool = Field(True, description="running mean / std normalisation of value targets")
+    checkpoint_every: int = Field(250_000, ge=1, description="env steps between checkpoints")
+    threads: int = Field(1, ge=1, description="torch threads")
+
+
+# Per-env defaults, applied over Config's and under the user's overrides by teamrl.marl.train. On
+# simple_spread separate networks per agent learn a division of labour far sooner than one shared
+# network with an agent id; long credit (lambda 1) and more exploration help the agents spread out.
+_SPREAD = {"parameter_sharing": "per_agent", "gamma": 0.95, "gae_lambda": 1.0, "ent_coef": 0.03}
+ENV_PRESETS: dict[str, dict[str, Any]] = {"simple_spread": _SPREAD, "mpe2:simple_spread_v3": _SPREAD}
+
+
+# --------------------------------------------------------------------------------------------- groups
+@dataclass
+class GroupSpec:
+    """Agents that share one actor and one critic; everything ``make_actor`` needs to rebuild them."""
+
+    name: str
+    agents: list[str]
+    index: list[int]  # positions of the agents in env.agents
+    obs_dim: int
+    discrete: bool
+    n_out: int  # number of actions (discrete) or action dimensions (continuous)
+    low: list[float] | None = None
+    high: list[float] | None = None
+    one_hot: bool = False
+
+    @property
+    def k(self) -> int:
+        return len(self.agents)
+
+    @property
+    def in_dim(self) -> int:
+        return self.obs_dim + (self.k if self.one_hot else 0)
+
+
+def make_groups(env: VecMultiAgentEnv, sharing: str, agent_id: bool) -> list[GroupSpec]:
+    def spaces_key(agent: str) -> tuple:
+        act = env.action_spaces[agent]
+        act_key = ("discrete", int(act.n)) if isinstance(act, spaces.Discrete) else ("box", act.shape)
+        return env.observation_spaces[agent].shape, act_key
+
+    if sharing == "per_agent":
+        members = [[a] for a in env.agents]
+    elif sharing == "shared":
+        if len({spaces_key(a) for a in env.agents}) > 1:
+            raise ValueError(
+                "parameter_sharing 'shared' needs every agent to have the same observation and action "
+                "spaces; use 'per_group' for teams with different spaces"
+            )
+        members = [list(env.agents)]
+    else:
+        by_key: dict[tuple, list[str]] = {}
+        for a in env.agents:
+            by_key.setdefault(spaces_key(a), []).append(a)
+        members = list(by_key.values())
+
+    groups = []
+    for agents in members:
+        act = env.action_spaces[agents[0]]
+        discrete = isinstance(act, spaces.Discrete)
+        box = None if discrete else (np.asarray(act.low, np.float64), np.asarray(act.high, np.float64))
+        groups.append(
+            GroupSpec(
+                name=agents[0] if len(agents) == 1 else f"{agents[0]}..{agents[-1]}",
+                agents=agents,
+                index=[env.agents.index(a) for a in agents],
+                obs_dim=int(np.prod(env.observation_spaces[agents[0]].shape)),
+                discrete=discrete,
+                n_out=int(act.n) if discrete else int(np.prod(act.shape)),
+                low=None if box is None else box[0].ravel().tolist(),
+                high=None if box is None else box[1].ravel().tolist(),
+                one_hot=agent_id and len(agents) > 1,
+            )
+        )
+    return groups
+
+
+def group_obs(g: GroupSpec, obs: dict[str, np.ndarray]) -> torch.Tensor:
+    """The actor's input ``[B, k, in_dim]``: observations, then the one-hot id in a shared group."""
+    x = torch.from_numpy(np.stack([obs[a].reshape(len(obs[a]), -1) for a in g.agents], axis=1)).float()
+    if g.one_hot:
+        x = torch.cat([x, torch.eye(g.k).expand(x.shape[0], g.k, g.k)], dim=-1)
+    return x
+
+
+def critic_input(actor_in: torch.Tensor, state: np.ndarray | None) -> torch.Tensor:
+    """IPPO (``state`` None): the actor's input; MAPPO: the global state, then the actor's input."""
+    if state is None:
+        return actor_in
+    s = torch.from_numpy(state).float().unsqueeze(1).expand(-1, actor_in.shape[1], -1)
+    return torch.cat([s, actor_in], dim=-1)
+
+
+def group_masks(g: GroupSpec, step: VecStep) -> torch.Tensor | None:
+    """``[B, k, n_actions]`` bool (True = allowed), or None when the env gives no masks."""
+    if not g.discrete or step.action_masks is None or g.agents[0] not in step.action_masks:
+        return None
+    return torch.from_numpy(np.stack([step.action_masks[a] for a in g.agents], axis=1)).bool()
+
+
+def env_actions(g: GroupSpec, actions: torch.Tensor) -> dict[str, np.ndarray]:
+    """``[B, k]`` discrete / ``[B, k, d]`` continuous actions -> the env's per-agent arrays (clipped)."""
+    a = actions.numpy()
+    if not g.discrete:
+        a = np.clip(a, np.asarray(g.low, np.float32), np.asarray(g.high, np.float32))
+    return {agent: a[:, j] for j, agent in enumerate(g.agents)}
+
+
+# ------------------------------------------------------------------------------------------- networks
+class Actor(nn.Module):
+    """Categorical over (masked) logits, or a diagonal Gaussian with a learned state-independent std."""
+
+    def __init__(self, g: GroupSpec, hidden: list[int], activation: str = "relu") -> None:
+        super().__init__()
+        self.discrete = g.discrete
+        self.net = mlp([g.in_dim, *hidden, g.n_out], ACTIVATIONS[activation], out_gain=0.01)
+        if not g.discrete:
+            self.log_std = nn.Parameter(torch.full((g.n_out,), -0.5))
+
+    def dist(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.distributions.Distribution:
+        out = self.net(x)
+        if self.discrete:
+            if mask is not None:
+                out = out.masked_fill(~mask, MASKED_LOGIT)
+            return torch.distributions.Categorical(logits=out, validate_args=False)
+        normal = torch.distributions.Normal(out, self.log_std.exp(), validate_args=False)
+        return torch.distributions.Independent(normal, 1, validate_args=False)
+
+    def mode(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The most likely action (the deterministic policy)."""
+        out = self.net(x)
+        if not self.discrete:
+            return out
+        if mask is not None:
+            out = out.masked_fill(~mask, MASKED_LOGIT)
+        return out.argmax(-1)
+
+
+class Critic(nn.Module):
+    """One value per agent, on the normalised scale of ``norm`` (the running statistics of targets)."""
+
+    def __init__(self, in_dim: int, hidden: list[int], activation: str = "relu") -> None:
+        super().__init__()
+        self.net = mlp([in_dim, *hidden, 1], ACTIVATIONS[activation], out_gain=1.0)
+        self.norm = RunningMeanStd()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------------------------- math
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over ``[T, ...]`` tensors; returns (advantages, returns).
+
+    ``next_values[t]`` is the value of the state after step ``t``: of the next observation, or of the
+    ``final_obs`` where the copy was truncated (anything where it terminated: it is multiplied by 0).
+    ``done[t]`` (terminated or truncated) stops the advantage flowing back across episodes.
+    """
+    not_terminated, not_done = 1.0 - terminated.float(), 1.0 - done.float()
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * not_terminated[t] * next_values[t] - values[t]
+        running = delta + gamma * lam * not_done[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's clipped surrogate, negated to be minimised."""
+    ratio = (logp - old_logp).exp()
+    return -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+
+
+def value_loss(
+    value: torch.Tensor, old_value: torch.Tensor, target: torch.Tensor, clip: float | None
+) -> torch.Tensor:
+    """Half the squared error; with ``clip``, the larger of the plain and the clipped-change errors."""
+    loss = (value - target).square()
+    if clip is not None:
+        clipped = old_value + (value - old_value).clamp(-clip, clip)
+        loss = torch.max(loss, (clipped - target).square())
+    return 0.5 * loss.mean()
+
+
+# ---------------------------------------------------------------------------------------------- train
+def train(cfg: Config, run: RunContext) -> dict[str, Any]:
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    env = run.make_env(cfg.num_envs, cfg.seed)
+    B, T, n_agents = env.num_envs, cfg.rollout_steps, len(env.agents)
+    groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id)
+    state_dim = env.state_dim if cfg.centralised_critic else 0
+    actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation) for g in groups])
+    critic_hidden = cfg.hidden if cfg.critic_hidden is None else cfg.critic_hidden
+    critics = nn.ModuleList([Critic(g.in_dim + state_dim, critic_hidden, cfg.activation) for g in groups])
+    optimizer = torch.optim.Adam([*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5)
+
+    def inputs(g: GroupSpec, obs: dict[str, np.ndarray], state: np.ndarray) -> tuple[torch.Tensor, ...]:
+        x = group_obs(g, obs)
+        return x, critic_input(x, state if cfg.centralised_critic else None)
+
+    def value(i: int, critic_in: torch.Tensor) -> torch.Tensor:
+        """The critic's value on the return scale."""
+        v = critics[i](critic_in)
+        return critics[i].norm.denormalize(v) if cfg.value_norm else v
+
+    def checkpoint(env_steps: int) -> dict[str, Any]:
+        return {
+            "algorithm": "mappo" if cfg.centralised_critic else "ippo",
+            "config": cfg.model_dump(),
+            "agents": list(env.agents),
+            "groups": [asdict(g) for g in groups],
+            "actors": [a.state_dict() for a in actors],
+            "critics": [c.state_dict() for c in critics],
+            "env_steps": env_steps,
+        }
+
+    # rollout storage: per group, tensors [T, B, k, ...]; per copy, terminated / done [T, B, 1]
+    def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.zeros(T, B, *shape, dtype=dtype)
+
+    buf = [
+        {
+            "actor_in": zeros(g.k, g.in_dim),
+            "critic_in": zeros(g.k, g.in_dim + state_dim),
+            "actions": zeros(g.k, dtype=torch.long) if g.discrete else zeros(g.k, g.n_out),
+            "masks": zeros(g.k, g.n_out, dtype=torch.bool) if g.discrete else zeros(0),
+            "logp": zeros(g.k),
+            "values": zeros(g.k),
+            "rewards": zeros(g.k),
+            "final_values": zeros(g.k),  # value of final_obs, where a copy was truncated
+        }
+        for g in groups
+    ]
+    terminated, done = zeros(1), zeros(1)
+
+    step = env.reset(seed=cfg.seed)
+    ep_return, ep_length = np.zeros((B, n_agents)), np.zeros(B, dtype=np.int64)
+    finished_returns: list[np.ndarray] = []
+    finished_lengths: list[np.ndarray] = []
+    env_steps, last_checkpoint = 0, 0
+    iterations = -(-cfg.total_env_steps // (T * B))
+    start = time.perf_counter()
+
+    for iteration in range(iterations):
+        if cfg.anneal_lr:
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = cfg.lr * (1.0 - iteration / iterations)
+
+        # ---- rollout: T steps of every copy, every agent
+        with torch.no_grad():
+            for t in range(T):
+                actions: dict[str, np.ndarray] = {}
+                for i, g in enumerate(groups):
+                    x, xc = inputs(g, step.obs, step.state)
+                    mask = group_masks(g, step)
+                    dist = actors[i].dist(x, mask)
+                    a = dist.sample()
+                    b = buf[i]
+                    b["actor_in"][t], b["critic_in"][t], b["actions"][t] = x, xc, a
+                    b["logp"][t], b["values"][t] = dist.log_prob(a), value(i, xc)
+                    if g.discrete:
+                        b["masks"][t] = True if mask is None else mask
+                    actions.update(env_actions(g, a))
+                step = env.step(actions)
+                rewards = np.stack([step.rewards[a] for a in env.agents], axis=1).astype(np.float32)
+                terminated[t, :, 0] = torch.from_numpy(step.terminated)
+                done[t, :, 0] = torch.from_numpy(step.done)
+                cut = step.truncated & ~step.terminated
+                for i, g in enumerate(groups):
+                    buf[i]["rewards"][t] = torch.from_numpy(rewards[:, g.index])
+                    if cut.any() and step.final_obs is not None:  # bootstrap from the last observation
+                        _, xc = inputs(g, step.final_obs, step.final_state)
+                        buf[i]["final_values"][t] = value(i, xc)
+
+                ep_return += rewards
+                ep_length += 1
+                if step.done.any():
+                    rows = np.flatnonzero(step.done)
+                    finished_returns.append(ep_return[rows].copy())
+                    finished_lengths.append(ep_length[rows].copy())
+                    ep_return[rows], ep_length[rows] = 0.0, 0
+            env_steps += T * B
+
+            # ---- advantages and value targets, per agent
+            advantages, targets = [], []
+            for i, g in enumerate(groups):
+                b = buf[i]
+                next_values = torch.cat([b["values"][1:], value(i, inputs(g, step.obs, step.state)[1])[None]])
+                cut = (done - terminated).bool().expand_as(next_values)
+                next_values = torch.where(cut, b["final_values"], next_values)
+                adv, ret = gae(
+                    b["rewards"], b["values"], next_values, terminated, done, cfg.gamma, cfg.gae_lambda
+                )
+                if cfg.value_norm:
+                    critics[i].norm.update(ret)
+                advantages.append(((adv - adv.mean()) / (adv.std() + 1e-8)).reshape(T * B, g.k))
+                targets.append(ret.reshape(T * B, g.k))
+
+        # ---- update: epochs x minibatches over the copy-steps, every group in one loss
+        flat = [{key: v.reshape(T * B, *v.shape[2:]) for key, v in b.items()} for b in buf]
+        stats: dict[str, list[float]] = {}
+        for _ in range(cfg.epochs):
+            for idx in torch.randperm(T * B).chunk(cfg.minibatches):
+                loss = torch.zeros(())
+                for i, g in enumerate(groups):
+                    b = flat[i]
+                    dist = actors[i].dist(b["actor_in"][idx], b["masks"][idx] if g.discrete else None)
+                    logp = dist.log_prob(b["actions"][idx])
+                    entropy = dist.entropy().mean()
+                    pg_loss = policy_loss(logp, b["logp"][idx], advantages[i][idx], cfg.clip)
+                    target, old = targets[i][idx], b["values"][idx]
+                    if cfg.value_norm:
+                        target, old = critics[i].norm.normalize(target), critics[i].norm.normalize(old)
+                    v_loss = value_loss(critics[i](b["critic_in"][idx]), old, target, cfg.value_clip)
+                    loss = loss + pg_loss - cfg.ent_coef * entropy + v_loss
+                    with torch.no_grad():
+                        log_ratio = logp - b["logp"][idx]
+                        for key, val in (
+                            ("loss/policy", pg_loss),
+                            ("loss/value", v_loss),
+                            ("entropy", entropy),
+                            ("approx_kl", (log_ratio.exp() - 1 - log_ratio).mean()),
+                            ("clip_frac", ((log_ratio.exp() - 1).abs() > cfg.clip).float().mean()),
+                        ):
+                            stats.setdefault(key, []).append(float(val))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(actors.parameters(), cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(critics.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+
+        # ---- log, checkpoint
+        metrics = {key: float(np.mean(vals)) for key, vals in stats.items()}
+        metrics["agent_steps_per_s"] = env_steps * n_agents / (time.perf_counter() - start)
+        metrics["lr"] = optimizer.param_groups[0]["lr"]
+        if finished_returns:
+            rets, lens = np.concatenate(finished_returns), np.concatenate(finished_lengths)
+            metrics["return/mean"] = float(rets.sum(1).mean())
+            metrics.update({f"return/{a}": float(rets[:, j].mean()) for j, a in enumerate(env.agents)})
+            metrics["episode_length"] = float(lens.mean())
+            finished_returns.clear()
+            finished_lengths.clear()
+        run.log(env_steps, metrics)
+        run.progress(env_steps)
+        if env_steps - last_checkpoint >= cfg.checkpoint_every:
+            run.save_checkpoint(checkpoint(env_steps))
+            last_checkpoint = env_steps
+
+    env.close()
+    elapsed = time.perf_counter() - start
+    final = checkpoint(env_steps)
+    run.save_checkpoint(final)
+    last_return = next((r["return/mean"] for r in reversed(run.history) if "return/mean" in r), float("nan"))
+    return {
+        "env_steps": env_steps,
+        "wall_s": elapsed,
+        "agent_steps_per_s": env_steps * n_agents / elapsed,
+        "train_return/mean": last_return,
+        "checkpoint": final,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- actor
+def make_actor(
+    checkpoint: dict[str, Any], deterministic: bool = True
+) -> Callable[[VecStep], dict[str, np.ndarray]]:
+    """Rebuild a checkpoint's actors; the returned function maps a ``VecStep`` to every agent's action."""
+    cfg = Config(**checkpoint["config"])
+    groups = [GroupSpec(**g) for g in checkpoint["groups"]]
+    actors = []
+    for g, state in zip(groups, checkpoint["actors"], strict=True):
+        actor = Actor(g, cfg.hidden, cfg.activation)
+        actor.load_state_dict(state)
+        actors.append(actor.eval())
+
+    @torch.no_grad()
+    def act(step: VecStep) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for g, actor in zip(groups, actors, strict=True):
+            x, mask = group_obs(g, step.obs), group_masks(g, step)
+            out.update(env_actions(g, actor.mode(x, mask) if deterministic else actor.dist(x, mask).sample()))
+        return out
+
+    return act

@@ -1,0 +1,266 @@
+"""``teamrl marl train`` / ``teamrl marl eval``: any registered algorithm on any env, one run directory.
+
+A run directory holds ``config.yaml`` (algorithm, env, env kwargs and the resolved algorithm config),
+``metrics.jsonl``, ``metrics_definition.json``, TensorBoard events under ``tb/``, ``checkpoint.pt``,
+``learning_curve.png`` and ``eval.json`` (the deterministic policy's return over whole episodes).
+
+The algorithm config is built from, in order: the ``Config`` defaults of the algorithm's module, the
+registry preset of the named variant (``mappo`` = ppo with ``centralised_critic: true``), the module's
+``ENV_PRESETS[env]`` if it has one, then the user's overrides. Overrides named ``env.KEY`` go to the
+env factory (``--set env.N=4``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from teamrl.atomic import atomic_write_text
+from teamrl.config import ConfigError, _parse_override
+from teamrl.marl.registry import ALGORITHMS, algorithm
+
+DEFAULT_OUT = "runs/marl"
+EVAL_SEED = 12345
+
+
+def make_env_factory(env: str, env_kwargs: dict[str, Any]):
+    """``(num_envs, seed) -> VecMultiAgentEnv`` for ``env`` (a name known to ``make_vec_env``)."""
+    from teamrl.marl.envs import make_vec_env
+
+    def make(num_envs: int, seed: int):
+        return make_vec_env(env, num_envs, seed, **env_kwargs)
+
+    return make
+
+
+def _one_line(err: ValidationError, algo: str, model: type[BaseModel], preset: dict[str, Any]) -> str:
+    valid = sorted(model.model_fields)
+    parts = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(config)"
+        if e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(e["loc"][0]), valid, n=1)
+            hint = f" did you mean {close[0]!r}?" if close else ""
+            parts.append(f"unknown key {key!r} for {algo};{hint} valid keys: {', '.join(valid)}")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            parts.append(f"{key}: {msg} (got {e.get('input')!r})")
+    return "invalid --set: " + "; ".join(parts)
+
+
+def resolve(
+    algo: str, env: str, overrides: dict[str, Any] | None = None
+) -> tuple[ModuleType, BaseModel, dict[str, Any]]:
+    """(algorithm module, validated Config, env kwargs); raises ConfigError naming the bad key."""
+    if algo not in ALGORITHMS:
+        close = difflib.get_close_matches(algo, list(ALGORITHMS), n=1)
+        hint = f" did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown algorithm {algo!r};{hint} choose one of {', '.join(sorted(ALGORITHMS))}")
+    module, preset = algorithm(algo)
+    overrides = dict(overrides or {})
+    env_kwargs = {k.removeprefix("env."): overrides.pop(k) for k in list(overrides) if k.startswith("env.")}
+    for key in overrides:
+        if key in preset and overrides[key] != preset[key]:
+            raise ConfigError(f"{key} is fixed to {preset[key]!r} by the algorithm {algo!r}")
+    data = {**preset, **getattr(module, "ENV_PRESETS", {}).get(env, {}), **overrides}
+    try:
+        cfg = module.Config(**data)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, algo, module.Config, preset)) from None
+    try:  # fail now, not after the run directory exists, on an unknown env or env kwarg
+        make_env_factory(env, env_kwargs)(1, 0).close()
+    except Exception as exc:  # the env's own message, on one line
+        raise ConfigError(f"env {env!r} with {env_kwargs or 'no kwargs'}: {exc}") from None
+    return module, cfg, env_kwargs
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``["lr=3e-4", "hidden=[128,128]"]`` -> ``{"lr": 0.0003, ...}`` (values parsed as YAML)."""
+    out = {}
+    for item in items:
+        path, value = _parse_override(item)
+        out[".".join(path)] = value
+    return out
+
+
+def train(
+    algo: str,
+    env: str,
+    overrides: dict[str, Any] | None = None,
+    run_dir: str | Path | None = None,
+    episodes: int = 50,
+    show_progress: bool = True,
+    print_table: bool = False,
+) -> dict[str, Any]:
+    """Train ``algo`` on ``env``, write the run directory, evaluate the final policy; returns a summary."""
+    module, cfg, env_kwargs = resolve(algo, env, overrides)
+    if run_dir is None:
+        run_dir = Path(DEFAULT_OUT) / f"{algo}__{env}__s{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(run_dir)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(f"{run_dir} exists and is not empty; pick another --name or --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = {
+        "algorithm": algo,
+        "env": env,
+        "env_kwargs": env_kwargs,
+        "config": cfg.model_dump(mode="json"),
+    }
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+
+    import torch
+
+    from teamrl.marl.run import RunContext
+
+    torch.set_num_threads(getattr(cfg, "threads", 1))
+    make_env = make_env_factory(env, env_kwargs)
+    run = RunContext(
+        run_dir,
+        make_env,
+        cfg.total_env_steps,
+        show_progress=show_progress,
+        extra_definition=f"env {env} {env_kwargs}",
+    )
+    try:
+        result = module.train(cfg, run)
+    finally:
+        run.close()
+    train_stats = {k: v for k, v in result.items() if isinstance(v, int | float)}
+    summary = {"run_dir": str(run_dir), "algorithm": algo, "env": env, "train": train_stats}
+    summary["eval"] = evaluate_run(run_dir, episodes, train_stats=train_stats, print_table=print_table)
+    return summary
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    episodes: int = 50,
+    train_stats: dict[str, float] | None = None,
+    print_table: bool = False,
+) -> dict[str, Any]:
+    """Evaluate a run's ``checkpoint.pt`` with the deterministic policy; writes and returns ``eval.json``."""
+    import torch
+
+    from teamrl.marl.evaluate import evaluate
+    from teamrl.marl.run import RETURN_DEFINITION
+
+    run_dir = Path(run_dir)
+    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoint.pt"
+    for path in (config_path, ckpt_path):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found; is {run_dir} a `teamrl marl train` run directory?")
+    resolved = yaml.safe_load(config_path.read_text())
+    module, _ = algorithm(resolved["algorithm"])
+    torch.set_num_threads(int(resolved["config"].get("threads", 1)))
+    checkpoint = torch.load(ckpt_path, weights_only=False)
+    actor = module.make_actor(checkpoint, deterministic=True)
+    env = make_env_factory(resolved["env"], resolved["env_kwargs"])(min(episodes, 256), EVAL_SEED)
+    try:
+        result: dict[str, Any] = evaluate(actor, env, episodes, seed=EVAL_SEED)
+    finally:
+        env.close()
+    if train_stats is None:
+        old = run_dir / "eval.json"
+        train_stats = json.loads(old.read_text()).get("train", {}) if old.is_file() else {}
+    result.update(
+        algorithm=resolved["algorithm"],
+        env=resolved["env"],
+        policy="deterministic",
+        env_steps=int(checkpoint.get("env_steps", train_stats.get("env_steps", 0))),
+        definition=RETURN_DEFINITION,
+        train=train_stats,
+    )
+    atomic_write_text(run_dir / "eval.json", json.dumps(result, indent=1))
+    if print_table:
+        result_table(result, run_dir)
+    return result
+
+
+def result_table(result: dict[str, Any], run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    train = result.get("train", {})
+    table = Table(title=f"{result['algorithm']} on {result['env']}: final evaluation")
+    table.add_column(f"return (mean +- std, {int(result['episodes'])} episodes)", justify="right")
+    table.add_column("episode length", justify="right")
+    table.add_column("env steps", justify="right")
+    table.add_column("wall time", justify="right")
+    table.add_column("agent-steps/s", justify="right")
+    wall, speed = train.get("wall_s"), train.get("agent_steps_per_s")
+    table.add_row(
+        f"{result['return/mean']:.2f} +- {result['return/std']:.2f}",
+        f"{result['episode_length']:.1f}",
+        f"{result['env_steps']:,}",
+        "-" if wall is None else f"{wall:.0f} s",
+        "-" if speed is None else f"{speed:,.0f}",
+    )
+    console = Console()
+    console.print(table)
+    console.print(
+        "return: undiscounted episode return summed over all agents, deterministic policy; "
+        "agent-steps/s: training throughput, updates included"
+    )
+    console.print(f"run written to [bold]{run_dir}[/bold]")
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def cmd_train(args: argparse.Namespace) -> int:
+    overrides = parse_sets(args.set)
+    name = args.name
+    if name is None:
+        seed = overrides.get("seed", 0)
+        name = f"{args.algo}__{args.env}__s{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(args.out) / name
+    try:
+        train(args.algo, args.env, overrides, run_dir, args.episodes, print_table=True)
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted; the last checkpoint is in {run_dir} (teamrl marl eval {run_dir})",
+            file=sys.stderr,
+        )
+        return 130
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    evaluate_run(args.run_dir, args.episodes, print_table=True)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``marl train`` and ``marl eval`` to the ``teamrl`` command line."""
+    marl = sub.add_parser("marl", help="classic multi-agent RL: IPPO, MAPPO, QMIX, VDN, MADDPG")
+    msub = marl.add_subparsers(dest="marl_command", required=True)
+    p = msub.add_parser("train", help="train an algorithm on a vectorised multi-agent env")
+    p.add_argument("--algo", required=True, help=f"one of {', '.join(sorted(ALGORITHMS))}")
+    p.add_argument("--env", required=True, help="an env name known to teamrl.marl.envs.make_vec_env")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override an algorithm config field (env.KEY=VALUE: an env argument)",
+    )
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"parent of the run directory (default {DEFAULT_OUT})")
+    p.add_argument("--name", help="run directory name (default: algo__env__seed__time)")
+    p.add_argument("--episodes", type=int, default=50, help="episodes of the final evaluation")
+    p.set_defaults(func=cmd_train)
+    p = msub.add_parser("eval", help="evaluate a run's checkpoint with the deterministic policy")
+    p.add_argument("run_dir")
+    p.add_argument("--episodes", type=int, default=50)
+    p.set_defaults(func=cmd_eval)
+
+
+if __name__ == "__main__":
+    from teamrl.cli import main
+
+    sys.exit(main(["marl", *sys.argv[1:]]))
