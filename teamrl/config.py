@@ -148,7 +148,11 @@ class SFTConfig(_Strict):
 class RecipeConfig(_Strict):
     name: Literal["freeze_rotate", "joint"] = "freeze_rotate"
     rounds: int = Field(1, ge=1, description="freeze_rotate: passes over the roles")
-    iterations_per_role: int = Field(4, ge=1, description="freeze_rotate: RL iterations per role per round")
+    iterations_per_role: int | dict[str, int] = Field(
+        4,
+        description="freeze_rotate: RL iterations per role per round; a mapping role -> iterations gives "
+        "roles different counts (roles it leaves out get 4)",
+    )
     iterations: int = Field(16, ge=1, description="joint: RL iterations with every trainable role")
     roles: list[str] | None = Field(
         None, description="roles to train (default: every trainable role, in order)"
@@ -210,6 +214,17 @@ class Config(_Strict):
                 raise ValueError(
                     f"workflow.roles.{name}: trainable needs adapter: true (the base stays frozen)"
                 )
+        per_role = self.recipe.iterations_per_role
+        counts = per_role.values() if isinstance(per_role, dict) else [per_role]
+        if any(n < 1 for n in counts):
+            raise ValueError(f"recipe.iterations_per_role must be at least 1 (got {per_role!r})")
+        if isinstance(per_role, dict):
+            for name in per_role:
+                if name not in self.trained_roles():
+                    raise ValueError(
+                        f"recipe.iterations_per_role names {name!r}, which is not a trained role "
+                        f"{self.trained_roles()}"
+                    )
         for name in self.recipe.roles or []:
             if name not in self.workflow.order:
                 raise ValueError(f"recipe.roles names {name!r}, not in workflow.order {self.workflow.order}")

@@ -27,6 +27,8 @@ def test_defaults_are_the_main_job():
         ("workflow.roles.coder.policy=big", "known policies: ['default']"),
         ("workflow.roles.coder.adapter=false", "trainable needs adapter: true"),
         ("recipe.roles=[judge]", "recipe.roles names 'judge'"),
+        ("recipe.iterations_per_role={judge: 3}", "names 'judge', which is not a trained role"),
+        ("recipe.iterations_per_role={coder: 0}", "must be at least 1"),
         ("groupsize", "--set expects key=value"),
     ],
 )
@@ -64,3 +66,19 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("- just\n- a list\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_config(bad)
+
+
+def test_per_role_iteration_counts_shape_the_freeze_rotate_schedule():
+    from teamrl.recipes.schedule import DEFAULT_ITERATIONS, phases_for
+
+    cfg = load_config(
+        overrides=[
+            "recipe.roles=[coder,planner,coder]",
+            "recipe.iterations_per_role={coder: 7}",
+            "recipe.rounds=2",
+        ]
+    )
+    phases = phases_for(cfg)
+    assert [p.name for p in phases[:3]] == ["round1/coder", "round1/planner", "round1/coder#2"]
+    assert [p.iterations for p in phases] == [7, DEFAULT_ITERATIONS, 7] * 2
+    assert all(p.roles == (p.name.split("/")[1].split("#")[0],) for p in phases)
