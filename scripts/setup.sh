@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up teamrl in ./.venv: torch first (the pinned CPU build), then the package and its test tools,
-# then bubblewrap for the code sandbox where the machine can install it. Safe to run again.
+# then bubblewrap for the code sandbox and headless Chromium for the report's browser test where the
+# machine can install them. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,5 +29,17 @@ if ! command -v bwrap >/dev/null 2>&1; then
             || echo "setup: could not install bubblewrap; the sandbox will use its rlimits fallback" >&2
     else
         echo "setup: bubblewrap not found; install it (e.g. apt-get install bubblewrap) for full isolation" >&2
+    fi
+fi
+
+# tests/test_report.py opens the HTML report in headless Chromium (driven by selenium via chromedriver).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+            >/dev/null 2>&1 \
+            || echo "setup: could not install chromium + chromium-driver; the report's browser test will fail" >&2
+    else
+        echo "setup: chromium/chromedriver not found; install them (apt-get install chromium chromium-driver)" \
+            "for the report's browser test" >&2
     fi
 fi

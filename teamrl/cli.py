@@ -1,4 +1,4 @@
-"""``teamrl`` command line: train, eval, schema, and `marl` (classic multi-agent RL)."""
+"""``teamrl`` command line: train, eval, report, schema, and `marl` (classic multi-agent RL)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"\ninterrupted; continue with: teamrl train --resume {run_dir}", file=sys.stderr)
         return 130
     _result_table(summary, cfg.workflow.order)
+    _write_run_report(run_dir)
     return 0
+
+
+def _write_run_report(run_dir: Path) -> None:
+    """The run's HTML report in ``run_dir/report``; a failure costs a warning, never the run."""
+    try:
+        from teamrl.report import write_report
+
+        result = write_report([run_dir], run_dir / "report")
+    except Exception as exc:  # noqa: BLE001 - the run itself is done and saved
+        logging.getLogger("teamrl").warning("could not write the report: %s: %s", type(exc).__name__, exc)
+        return
+    print(f"report: {result.index}  (live while training: teamrl report --serve {run_dir})")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -79,6 +92,57 @@ def cmd_eval(args: argparse.Namespace) -> int:
     trainer = Trainer(cfg, run_dir, resume=True)
     result = trainer.evaluate("eval", save_episodes=True)
     _result_table({"run_dir": str(run_dir), "evals": [result]}, cfg.workflow.order)
+    return 0
+
+
+def _default_report_dir(run_dirs: list[str]) -> Path:
+    return Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("runs") / "report"
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from teamrl.report.load import ReportError
+
+    out = Path(args.out) if args.out else _default_report_dir(args.run_dirs)
+    try:
+        if args.serve:
+            return _serve_report(args, out)
+        from teamrl.report import write_report
+
+        result = write_report(args.run_dirs, out, max_episodes=args.episodes)
+    except ReportError as exc:
+        print(f"teamrl report: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"teamrl report: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"report written to {result.index} ({len(result.figures)} figures beside it in figures/)")
+    return 0
+
+
+def _serve_report(args: argparse.Namespace, out: Path) -> int:
+    from teamrl.report.serve import ReportServer
+
+    try:
+        server = ReportServer(
+            args.run_dirs, out, port=args.port, interval=args.interval, max_episodes=args.episodes
+        )
+    except OSError as exc:
+        if exc.filename:  # writing the report failed, not binding the port
+            raise
+        if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
+            print(f"teamrl report: port {args.port} is in use; pick another with --port", file=sys.stderr)
+        else:
+            print(f"teamrl report: cannot serve on port {args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    server.start()
+    print(f"serving {out / 'index.html'} at {server.url} (rebuilt when the runs change); Ctrl-C to stop")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
     return 0
 
 
@@ -101,6 +165,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--n", type=int, default=0, help="number of held-out tasks (default: the run's)")
     p.set_defaults(func=cmd_eval)
+    p = sub.add_parser(
+        "report",
+        help="write one HTML page of one or more runs: curves, per-role credit, transcripts, comparison",
+    )
+    p.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (LLM-team or classic MARL)"
+    )
+    p.add_argument(
+        "--out", help="output folder (default: RUN_DIR/report for one run, runs/report for several)"
+    )
+    p.add_argument(
+        "--episodes", type=int, default=6, help="sample episodes shown per episodes file (default 6)"
+    )
+    p.add_argument(
+        "--serve", action="store_true", help="serve the page on localhost, rebuilt while runs write"
+    )
+    p.add_argument("--port", type=int, default=8765, help="port for --serve (default 8765)")
+    p.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between checks for new metrics (--serve)"
+    )
+    p.set_defaults(func=cmd_report)
     p = sub.add_parser("schema", help="print the JSON Schema of the messages roles exchange")
     p.set_defaults(func=cmd_schema)
     from teamrl.marl.train import add_parser as add_marl_parser

@@ -23,6 +23,7 @@ from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode, Turn
 from teamrl.recipes import Phase, phases_for
+from teamrl.report.live import LiveTable
 from teamrl.rewards.credit import assign_hybrid_rewards, team_reward
 from teamrl.tasks.programming import ProgrammingTask
 from teamrl.trainer.build import build_policies, build_sandbox, build_suite, build_team, demonstrations
@@ -81,6 +82,7 @@ class Trainer:
         self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self._tb = None
+        self.live = LiveTable(cfg.workflow.order)  # the per-iteration table printed with the progress bar
         if resume:
             self._load_checkpoint()
 
@@ -372,6 +374,9 @@ class Trainer:
                     st.evals.append(self.evaluate(f"step{st.step}"))
                     record.update(_numeric(st.evals[-1]))
                 self.log_metrics(record)
+                if self.progress:
+                    for line in self.live.lines(record):
+                        tqdm.write(line)
                 write_jsonl(
                     self.run_dir / "episodes" / "last_rollout.jsonl", (e.model_dump() for e in episodes[:16])
                 )
