@@ -10,12 +10,14 @@ generic PettingZoo adaptor, and of teamrl MAPPO on the batched simple_spread (st
 see tests/test_marl_envs.py), all with one torch thread, one after the other in this process. Also reports
 throughput per CPU-second of the process, which is steadier when other jobs share the machine.
 
-``learning``: MAPPO over seeds at a budget of env steps, SB3 IPPO at the same budget (its own rollout
-rounding reported), IPPO / QMIX / MADDPG on the tasks that suit them, a random policy and the heuristic.
+``learning``: MAPPO over seeds at its budget (``--env-steps``, 2M) and at the budget of the SB3 comparison
+(``--sb3-steps``, 720k), SB3 IPPO at that budget (read from the runs of ``marl_sb3_baseline.py train``,
+about 20 min per seed, or trained here with ``--retrain-sb3``), IPPO / QMIX / MADDPG on simple_spread,
+a random policy and the assignment heuristic.
 
     .venv/bin/python benchmarks/marl_benchmark.py speed [--env-steps 50000]
-    .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 300000]
-        [--sb3-seeds 0]
+    .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 2000000]
+        [--sb3-steps 720000] [--sb3-seeds 0 1 2] [--retrain-sb3]
 
 Results go to benchmarks/results/marl_speed.json and marl_learning.json (+ .png).
 """
@@ -42,6 +44,10 @@ from teamrl.marl.evaluate import evaluate  # noqa: E402
 from teamrl.marl.train import EVAL_SEED, make_env_factory, resolve  # noqa: E402
 
 N_AGENTS = 3
+DEFINITION = (
+    "simple_spread N=3, max_cycles 25, local_ratio 0.5, discrete actions; return = undiscounted episode "
+    "return summed over the 3 agents, mean over 50 evaluation episodes of the deterministic policy"
+)
 
 
 def train_teamrl(algo: str, env: str, env_steps: int, seed: int, extra: dict[str, Any] | None = None) -> dict:
@@ -100,32 +106,54 @@ def _mean_std(xs: list[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+def _sb3_at(budget: int, seeds: list[int], retrain: bool) -> list[dict[str, Any]]:
+    """SB3 IPPO evaluated at ``budget`` env steps, per seed: trained here (``retrain``) or read from the
+    ``marl_sb3_learning_s<seed>.json`` runs of ``benchmarks/marl_sb3_baseline.py train`` (about 20 min
+    per seed at 720k env steps on this machine), taking the checkpoint whose env steps are closest."""
+    if retrain:
+        return [train_sb3_ippo(budget, seed=s, threads=1) for s in seeds]
+    rows = []
+    for seed in seeds:
+        path = RESULTS / f"marl_sb3_learning_s{seed}.json"
+        if not path.is_file():
+            print(f"no {path.name}: run benchmarks/marl_sb3_baseline.py train --seed {seed} ...", flush=True)
+            continue
+        data = json.loads(path.read_text())
+        curve = data.get("curve") or data.get("checkpoints") or []
+        best = min(curve, key=lambda c: abs(c["env_steps"] - budget))
+        rows.append({"seed": seed, "source": path.name, **best})
+    return rows
+
+
 def cmd_learning(args: argparse.Namespace) -> None:
-    res: dict[str, Any] = {"env_steps": args.env_steps, "seeds": args.seeds}
+    res: dict[str, Any] = {"env_steps": args.env_steps, "seeds": args.seeds, "definition": DEFINITION}
     res["random"] = eval_random(50)
     res["heuristic"] = eval_heuristic(50)
-    res["mappo"] = [train_teamrl("mappo", "simple_spread", args.env_steps, s) for s in args.seeds]
-    for r in res["mappo"]:
-        print(f"mappo seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
-    for algo, env, steps in [
-        ("ippo", "simple_spread", args.env_steps),
-        ("qmix", "simple_spread", args.qmix_steps),
-        ("maddpg", "simple_spread", args.maddpg_steps),
-    ]:
-        res[algo] = [train_teamrl(algo, env, steps, s) for s in args.other_seeds]
-        for r in res[algo]:
-            print(f"{algo} seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
-    res["sb3_ippo"] = [train_sb3_ippo(args.env_steps, seed=s, threads=1) for s in args.sb3_seeds]
-    for r in res["sb3_ippo"]:
-        print(f"sb3 seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
-    print(f"\n{'':12}{'env steps':>10}{'return (mean +- std over seeds)':>34}")
+    runs: list[tuple[str, str, int, list[int]]] = [
+        ("mappo", "simple_spread", args.env_steps, args.seeds),
+        ("mappo_at_sb3_budget", "simple_spread", args.sb3_steps, args.seeds),
+        ("ippo", "simple_spread", args.env_steps, args.other_seeds),
+        ("qmix", "simple_spread", args.qmix_steps, args.other_seeds),
+        ("maddpg", "simple_spread", args.maddpg_steps, args.other_seeds),
+    ]
+    for name, env, steps, seeds in runs:
+        algo = name.split("_at_")[0]
+        res[name] = []
+        for s in seeds:
+            res[name].append(train_teamrl(algo, env, steps, s))
+            r = res[name][-1]
+            print(f"{name} seed {s}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
+    res["sb3_ippo"] = _sb3_at(args.sb3_steps, args.sb3_seeds, args.retrain_sb3)
+    print(f"\n{'':20}{'env steps':>10}{'return (mean +- std over seeds)':>34}")
     for name in ("random", "heuristic"):
-        print(f"{name:12}{'-':>10}{res[name]['return_mean']:>26.1f}")
-    for name in ("mappo", "ippo", "qmix", "maddpg", "sb3_ippo"):
+        print(f"{name:20}{'-':>10}{res[name]['return_mean']:>26.1f}")
+    for name in ("mappo", "mappo_at_sb3_budget", "sb3_ippo", "ippo", "qmix", "maddpg"):
+        if not res[name]:
+            continue
         m, s = _mean_std([r["return_mean"] for r in res[name]])
-        steps = res[name][0]["env_steps"] if res[name] else 0
+        steps = res[name][0]["env_steps"]
         res[f"{name}_summary"] = {"mean": m, "std": s, "n": len(res[name]), "env_steps": steps}
-        print(f"{name:12}{steps:>10}{m:>26.1f} +- {s:.1f} (n={len(res[name])})")
+        print(f"{name:20}{steps:>10}{m:>26.1f} +- {s:.1f} (n={len(res[name])})")
     _write(RESULTS / "marl_learning.json", res)
     _plot(res, RESULTS / "marl_learning.png")
 
@@ -136,22 +164,35 @@ def _plot(res: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["random", "sb3_ippo", "ippo", "qmix", "maddpg", "mappo", "heuristic"]
-    means, errs, labels = [], [], []
-    for n in names:
-        if n in ("random", "heuristic"):
-            means.append(res[n]["return_mean"])
+    bars = [("random", "random", "grey")]
+    for name, label, color in [
+        ("sb3_ippo", "SB3 IPPO", "tab:orange"),
+        ("mappo_at_sb3_budget", "MAPPO", "tab:red"),
+        ("qmix", "QMIX", "tab:green"),
+        ("maddpg", "MADDPG", "tab:purple"),
+        ("ippo", "IPPO", "tab:blue"),
+        ("mappo", "MAPPO", "tab:red"),
+    ]:
+        if f"{name}_summary" in res:
+            steps = res[f"{name}_summary"]["env_steps"]
+            bars.append((name, f"{label}\n{steps / 1e6:.2g}M steps", color))
+    bars.append(("heuristic", "assignment\nheuristic", "grey"))
+    means, errs = [], []
+    for name, _, _ in bars:
+        if name in ("random", "heuristic"):
+            means.append(res[name]["return_mean"])
             errs.append(0.0)
         else:
-            means.append(res[f"{n}_summary"]["mean"])
-            errs.append(res[f"{n}_summary"]["std"])
-        labels.append(n.replace("_", "\n"))
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.bar(labels, means, yerr=errs, color=["grey", "tab:orange", "tab:blue", "tab:green", "tab:purple",
-                                             "tab:red", "grey"])
+            means.append(res[f"{name}_summary"]["mean"])
+            errs.append(res[f"{name}_summary"]["std"])
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    ax.bar([b[1] for b in bars], means, yerr=errs, capsize=3, color=[b[2] for b in bars])
+    for i, m in enumerate(means):
+        ax.text(i, m / 2, f"{m:.1f}", ha="center", color="white", fontsize=9)
     ax.set_ylabel("return, summed over 3 agents")
-    ax.set_title(f"simple_spread N=3, 25 steps, 50 eval episodes; budget {res['env_steps']} env steps")
+    ax.set_title("simple_spread N=3, 25 steps, local_ratio 0.5; 50 eval episodes; mean +- std over seeds")
     ax.axhline(-25, ls="--", color="k", lw=0.8)
+    ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -173,10 +214,12 @@ def main() -> None:
     p = sub.add_parser("learning")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--other-seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--sb3-seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--env-steps", type=int, default=300_000)
+    p.add_argument("--sb3-seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--sb3-steps", type=int, default=720_000, help="budget of the MAPPO vs SB3 comparison")
+    p.add_argument("--retrain-sb3", action="store_true", help="train SB3 here instead of reading its runs")
+    p.add_argument("--env-steps", type=int, default=2_000_000)
     p.add_argument("--qmix-steps", type=int, default=300_000)
-    p.add_argument("--maddpg-steps", type=int, default=300_000)
+    p.add_argument("--maddpg-steps", type=int, default=400_000)
     p.set_defaults(func=cmd_learning)
     args = parser.parse_args()
     args.func(args)
