@@ -7,6 +7,7 @@ whose message names the key, what is wrong and how to fix it.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,16 +78,57 @@ class EmbeddedConfig(_Strict):
     cache_dir: str = Field("~/.cache/teamrl", description="where built bases are kept, keyed by content")
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OPENAI_KEYS = ("base_url", "model", "api_key_env", "stop")
+
+
 class PolicyConfig(_Strict):
-    kind: Literal["embedded", "hf"] = "embedded"
+    kind: Literal["embedded", "hf", "openai"] = Field(
+        "embedded",
+        description="embedded: the built-in tiny model; hf: a local transformers checkpoint; openai: an "
+        "OpenAI-compatible HTTP endpoint (inference only: frozen roles and judges)",
+    )
     path: str | None = Field(None, description="local checkpoint directory (kind: hf)")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
+    # kind: openai
+    base_url: str | None = Field(None, description="kind openai: the API root, e.g. http://localhost:8000/v1")
+    model: str | None = Field(None, description="kind openai: the model name the endpoint serves")
+    api_key_env: str | None = Field(
+        None, description="kind openai: NAME of the environment variable holding the API key (never the key)"
+    )
+    endpoint: Literal["chat", "completions"] = Field(
+        "chat", description="kind openai: POST {base_url}/chat/completions or {base_url}/completions"
+    )
+    max_concurrency: int = Field(16, ge=1, description="kind openai: HTTP requests in flight at most")
+    timeout_s: float = Field(60.0, gt=0, description="kind openai: seconds to wait for one response")
+    retries: int = Field(
+        2, ge=0, description="kind openai: retries of a request after a network error or HTTP 5xx/429"
+    )
+    stop: list[str] | None = Field(None, description="kind openai: stop strings sent with every request")
 
     @model_validator(mode="after")
-    def _path_for_hf(self) -> PolicyConfig:
+    def _per_kind(self) -> PolicyConfig:
         if self.kind == "hf" and not self.path:
             raise ValueError("kind 'hf' needs `path`: a local transformers checkpoint directory")
+        if self.kind != "openai":
+            stray = [k for k in _OPENAI_KEYS if getattr(self, k) is not None]
+            if stray:
+                raise ValueError(f"{', '.join(stray)} only apply to kind 'openai' (kind is {self.kind!r})")
+            return self
+        if not self.base_url or not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                "kind 'openai' needs `base_url`: the endpoint's API root, e.g. http://localhost:8000/v1"
+            )
+        if not self.model:
+            raise ValueError("kind 'openai' needs `model`: the model name the endpoint serves")
+        if self.path:
+            raise ValueError("kind 'openai' takes no `path` (the endpoint serves the model); remove it")
+        if self.api_key_env is not None and not _ENV_NAME.fullmatch(self.api_key_env):
+            raise ValueError(
+                "api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+                "never the key itself"
+            )
         return self
 
 
@@ -210,6 +252,11 @@ class Config(_Strict):
             if role.policy not in self.policies:
                 known = sorted(self.policies)
                 raise ValueError(f"workflow.roles.{name}.policy is {role.policy!r}; known policies: {known}")
+            if self.policies[role.policy].kind == "openai" and (role.trainable or role.adapter):
+                raise ValueError(
+                    f"workflow.roles.{name}: policy {role.policy!r} is an openai endpoint (inference only); "
+                    "set trainable: false and adapter: false"
+                )
             if role.trainable and not role.adapter:
                 raise ValueError(
                     f"workflow.roles.{name}: trainable needs adapter: true (the base stays frozen)"

@@ -145,3 +145,33 @@ def test_cli_reports_bad_config_without_a_traceback(capsys):
 def test_cli_schema_prints_message_schema(capsys):
     assert cli_main(["schema"]) == 0
     assert '"title": "Message"' in capsys.readouterr().out
+
+
+def test_a_run_with_the_planner_served_by_an_openai_endpoint(tmp_path):
+    """SFT, RL and evaluations go through while a frozen role lives behind HTTP; only it is remote."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from openai_server import OpenAIServer
+
+    with OpenAIServer(reply=lambda p: "<plan>compute the result and return it</plan>") as srv:
+        cfg = load_config(
+            overrides=SMALL
+            + [
+                f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
+                "policies.api.kind=openai",
+                f"policies.api.base_url={srv.base_url}",
+                "policies.api.model=scripted",
+                "workflow.roles.planner.policy=api",
+                "workflow.roles.planner.trainable=false",
+                "workflow.roles.planner.adapter=false",
+                "run.eval_each_phase=false",
+            ]
+        )
+        summary = Trainer(cfg, tmp_path / "run").fit()
+        n_requests = len(srv.requests)
+    assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_rl"]
+    # every episode asked the planner: 2 evaluations of 3 tasks x 2 samples, 2 iterations of 2 x 2 teams
+    assert n_requests >= 2 * 3 + 2 * 2 * 2
+    assert not (tmp_path / "run" / "checkpoint" / "adapters" / "planner").exists()

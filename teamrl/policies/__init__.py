@@ -1,4 +1,5 @@
-"""Policies: a causal LM base plus one LoRA adapter per role, and the embedded tiny default.
+"""Policies: a causal LM base plus one LoRA adapter per role, the embedded tiny default, and
+OpenAI-compatible endpoints (inference only).
 
 The torch/transformers/peft backed names load on first use, so importing the light records in
 ``teamrl.policies.base`` (as the engine does) does not pay for importing the model stack.
@@ -9,10 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from teamrl.policies.base import Generation, GenerationRequest, Policy
+from teamrl.policies.base import Generation, GenerationRequest, Policy, TrainablePolicy
 
 if TYPE_CHECKING:
     from teamrl.policies.hf import HFPolicy, LoraSettings
+    from teamrl.policies.openai_compat import OpenAICompatPolicy
     from teamrl.policies.sft import ADAPTER_LR, FULL_LR, SFTSettings, encode_examples, sft_train
     from teamrl.policies.tiny import (
         TinyModelConfig,
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "HFPolicy": "hf",
     "LoraSettings": "hf",
+    "OpenAICompatPolicy": "openai_compat",
     "ADAPTER_LR": "sft",
     "FULL_LR": "sft",
     "SFTSettings": "sft",
@@ -42,9 +45,11 @@ __all__ = [
     "GenerationRequest",
     "HFPolicy",
     "LoraSettings",
+    "OpenAICompatPolicy",
     "Policy",
     "SFTSettings",
     "TinyModelConfig",
+    "TrainablePolicy",
     "build_embedded_default",
     "build_tiny_model",
     "encode_examples",

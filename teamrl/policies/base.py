@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -43,3 +43,24 @@ class Policy(Protocol):
     name: str
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...
+
+
+@runtime_checkable
+class TrainablePolicy(Protocol):
+    """A policy that can sit in a trainable seat: it scores completions under a role's adapter (the
+    trainer's log-probs) and exposes that adapter's parameters. ``HFPolicy`` is one; an inference-only
+    endpoint (``OpenAICompatPolicy``) is not. (Methods only, so ``issubclass`` works on it too.)"""
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...
+
+    def token_logprobs(
+        self,
+        adapter: str | None,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        temperature: float = 1.0,
+    ) -> Any: ...
+
+    def adapter_parameters(self, name: str) -> list[Any]: ...
+
+    def set_trainable(self, names: Any) -> None: ...

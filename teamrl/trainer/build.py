@@ -6,13 +6,15 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import random
 from pathlib import Path
 
-from teamrl.config import Config, PolicyConfig
+from teamrl.config import Config, ConfigError, PolicyConfig
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy, LoraSettings
+from teamrl.policies.openai_compat import OpenAICompatPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.policies.tiny import BUILD_MARKER, TinyModelConfig, build_embedded_default
 from teamrl.tasks.programming import ProgrammingTaskSuite
@@ -93,20 +95,41 @@ def embedded_checkpoint(cfg: Config, pcfg: PolicyConfig, progress: bool) -> Path
     )
 
 
-def build_policies(cfg: Config, progress: bool = True) -> dict[str, HFPolicy]:
-    policies: dict[str, HFPolicy] = {}
-    for name, pcfg in cfg.policies.items():
-        adapters = [
-            r
-            for r in cfg.workflow.order
-            if cfg.workflow.roles[r].policy == name and cfg.workflow.roles[r].adapter
-        ]
-        path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else Path(pcfg.path or "")
-        lora = LoraSettings(
-            r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules)
+def build_policy(cfg: Config, name: str, progress: bool = True) -> HFPolicy | OpenAICompatPolicy:
+    """The live policy of ``cfg.policies[name]``."""
+    pcfg = cfg.policies[name]
+    roles = [r for r in cfg.workflow.order if cfg.workflow.roles[r].policy == name]
+    if pcfg.kind == "openai":
+        api_key = None
+        if pcfg.api_key_env is not None:
+            api_key = os.environ.get(pcfg.api_key_env)
+            if not api_key:
+                raise ConfigError(
+                    f"policies.{name}.api_key_env: the environment variable {pcfg.api_key_env} is not set "
+                    "(or empty); export it, or remove api_key_env if the endpoint needs no key"
+                )
+        return OpenAICompatPolicy(
+            pcfg.base_url or "",
+            pcfg.model or "",
+            name=name,
+            api_key=api_key,
+            endpoint=pcfg.endpoint,
+            max_concurrency=pcfg.max_concurrency,
+            timeout_s=pcfg.timeout_s,
+            retries=pcfg.retries,
+            stop=pcfg.stop,
+            roles=roles,
         )
-        policies[name] = HFPolicy.from_pretrained(path, adapters=adapters, lora=lora, name=name)
-    return policies
+    adapters = [r for r in roles if cfg.workflow.roles[r].adapter]
+    path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else Path(pcfg.path or "")
+    lora = LoraSettings(r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules))
+    return HFPolicy.from_pretrained(path, adapters=adapters, lora=lora, name=name)
+
+
+def build_policies(cfg: Config, progress: bool = True) -> dict[str, HFPolicy | OpenAICompatPolicy]:
+    """Every policy of the config. Config validation keeps OpenAI-compatible (inference-only) policies
+    out of trainable seats: only roles with ``adapter: false, trainable: false`` use them."""
+    return {name: build_policy(cfg, name, progress) for name in cfg.policies}
 
 
 def build_team(cfg: Config, engine: Engine, temperature: float) -> Team:

@@ -138,7 +138,8 @@ class Trainer:
         tasks = self.suite.fixed_set("heldout", self.cfg.tasks.heldout_size)
         torch.manual_seed(self.cfg.run.seed + 12345)  # same sampling noise for every evaluation
         for policy in self.policies.values():
-            policy.model.eval()
+            if isinstance(policy, HFPolicy):  # an inference-only endpoint has no local model
+                policy.model.eval()
         episodes = self.rollout(tasks, self.cfg.run.eval_samples)
         result = {"label": label, "step": self.state.step, **summarize(episodes, prefix="eval/")}
         if save_episodes:
@@ -270,7 +271,11 @@ class Trainer:
 
     # -- frozen check -----------------------------------------------------------------------------
     def fingerprints(self) -> dict[str, str]:
-        fp = {f"base:{name}": p.fingerprint(None) for name, p in self.policies.items()}
+        fp = {
+            f"base:{name}": p.fingerprint(None)
+            for name, p in self.policies.items()
+            if isinstance(p, HFPolicy)  # an openai endpoint holds no weights here
+        }
         for role in self.cfg.workflow.order:
             if self.cfg.workflow.roles[role].adapter:
                 fp[role] = self.policy_of(role).fingerprint(role)
