@@ -32,7 +32,7 @@ from torch import nn
 
 from teamrl.marl.core import VecMultiAgentEnv, VecStep
 from teamrl.marl.nets import RunningMeanStd, mlp
-from teamrl.marl.run import RunContext
+from teamrl.marl.run import RunContext, episode_metrics
 
 MASKED_LOGIT = -1e9
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -411,31 +411,14 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         metrics = {key: float(np.mean(vals)) for key, vals in stats.items()}
         metrics["agent_steps_per_s"] = env_steps * n_agents / (time.perf_counter() - start)
         metrics["lr"] = optimizer.param_groups[0]["lr"]
-        if finished_returns:
-            rets, lens = np.concatenate(finished_returns), np.concatenate(finished_lengths)
-            metrics["return/mean"] = float(rets.sum(1).mean())
-            metrics.update({f"return/{a}": float(rets[:, j].mean()) for j, a in enumerate(env.agents)})
-            metrics["episode_length"] = float(lens.mean())
-            finished_returns.clear()
-            finished_lengths.clear()
+        metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
         run.log(env_steps, metrics)
         run.progress(env_steps)
         if env_steps - last_checkpoint >= cfg.checkpoint_every:
             run.save_checkpoint(checkpoint(env_steps))
             last_checkpoint = env_steps
 
-    env.close()
-    elapsed = time.perf_counter() - start
-    final = checkpoint(env_steps)
-    run.save_checkpoint(final)
-    last_return = next((r["return/mean"] for r in reversed(run.history) if "return/mean" in r), float("nan"))
-    return {
-        "env_steps": env_steps,
-        "wall_s": elapsed,
-        "agent_steps_per_s": env_steps * n_agents / elapsed,
-        "train_return/mean": last_return,
-        "checkpoint": final,
-    }
+    return run.finish(env, checkpoint(env_steps), env_steps, start)
 
 
 # ---------------------------------------------------------------------------------------------- actor

@@ -40,7 +40,7 @@ from torch import nn
 
 from teamrl.marl.core import VecMultiAgentEnv, VecStep
 from teamrl.marl.nets import RunningMeanStd
-from teamrl.marl.run import RunContext
+from teamrl.marl.run import RunContext, episode_metrics
 
 MASKED_Q = -1e9
 
@@ -556,13 +556,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             metrics["epsilon"] = epsilon
             metrics["episodes"] = episodes
             metrics["agent_steps_per_s"] = env_steps * n_agents / (time.perf_counter() - start)
-            if finished_returns:
-                rets, lens = np.concatenate(finished_returns), np.concatenate(finished_lengths)
-                metrics["return/mean"] = float(rets.sum(1).mean())
-                metrics.update({f"return/{a}": float(rets[:, j].mean()) for j, a in enumerate(env.agents)})
-                metrics["episode_length"] = float(lens.mean())
-                finished_returns.clear()
-                finished_lengths.clear()
+            metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
             stats = {k: [] for k in stats}
             run.log(env_steps, metrics)
             run.progress(env_steps)
@@ -570,19 +564,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             run.save_checkpoint(checkpoint(env_steps))
             last_checkpoint = env_steps
 
-    env.close()
-    final = checkpoint(env_steps)
-    run.save_checkpoint(final)
-    elapsed = time.perf_counter() - start
-    last_return = next((r["return/mean"] for r in reversed(run.history) if "return/mean" in r), float("nan"))
-    return {
-        "env_steps": env_steps,
-        "episodes": episodes,
-        "wall_s": elapsed,
-        "agent_steps_per_s": env_steps * n_agents / elapsed,
-        "train_return/mean": last_return,
-        "checkpoint": final,
-    }
+    return {**run.finish(env, checkpoint(env_steps), env_steps, start), "episodes": episodes}
 
 
 def make_actor(

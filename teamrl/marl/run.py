@@ -16,9 +16,12 @@ import json
 import math
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from teamrl.atomic import atomic_write_text
 from teamrl.trainer.run_dir import JsonlLog
@@ -92,6 +95,21 @@ class RunContext:
             raise
         return path
 
+    def finish(self, env: Any, final: dict[str, Any], env_steps: int, start: float) -> dict[str, Any]:
+        """Close ``env``, save the ``final`` checkpoint; the summary every algorithm's ``train`` returns."""
+        n_agents = len(env.agents)
+        env.close()
+        elapsed = time.perf_counter() - start
+        self.save_checkpoint(final)
+        returns = [r["return/mean"] for r in self.history if "return/mean" in r]
+        return {
+            "env_steps": env_steps,
+            "wall_s": elapsed,
+            "agent_steps_per_s": env_steps * n_agents / elapsed,
+            "train_return/mean": returns[-1] if returns else float("nan"),
+            "checkpoint": final,
+        }
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
@@ -99,6 +117,22 @@ class RunContext:
             self._tb.close()
         if self.run_dir is not None and self.history:
             plot_curve(self.history, self.run_dir / "learning_curve.png")
+
+
+def episode_metrics(
+    returns: list[np.ndarray], lengths: list[np.ndarray], agents: list[str]
+) -> dict[str, float]:
+    """Return metrics of the episodes that ended since the last log row (``returns``: ``[n, agents]``
+    arrays, ``lengths``: ``[n]``), which it then forgets; empty when none ended."""
+    if not returns:
+        return {}
+    rets, lens = np.concatenate(returns), np.concatenate(lengths)
+    out = {"return/mean": float(rets.sum(1).mean())}
+    out.update({f"return/{a}": float(rets[:, j].mean()) for j, a in enumerate(agents)})
+    out["episode_length"] = float(lens.mean())
+    returns.clear()
+    lengths.clear()
+    return out
 
 
 def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mean") -> None:
