@@ -126,7 +126,11 @@ def _sb3_at(budget: int, seeds: list[int], retrain: bool) -> list[dict[str, Any]
 
 
 def cmd_learning(args: argparse.Namespace) -> None:
-    res: dict[str, Any] = {"env_steps": args.env_steps, "seeds": args.seeds, "definition": DEFINITION}
+    """Every finished run is written to ``marl_learning.json`` at once (kept there when it exists and
+    ``--only`` reruns other algorithms), so an interrupted benchmark keeps what it measured."""
+    path = RESULTS / "marl_learning.json"
+    res: dict[str, Any] = json.loads(path.read_text()) if args.only and path.is_file() else {}
+    res.update(env_steps=args.env_steps, seeds=args.seeds, definition=DEFINITION)
     res["random"] = eval_random(50)
     res["heuristic"] = eval_heuristic(50)
     runs: list[tuple[str, str, int, list[int]]] = [
@@ -137,24 +141,27 @@ def cmd_learning(args: argparse.Namespace) -> None:
         ("maddpg", "simple_spread", args.maddpg_steps, args.other_seeds),
     ]
     for name, env, steps, seeds in runs:
+        if args.only and name not in args.only:
+            continue
         algo = name.split("_at_")[0]
         res[name] = []
         for s in seeds:
             res[name].append(train_teamrl(algo, env, steps, s))
             r = res[name][-1]
             print(f"{name} seed {s}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
+            _write(path, res)
     res["sb3_ippo"] = _sb3_at(args.sb3_steps, args.sb3_seeds, args.retrain_sb3)
     print(f"\n{'':20}{'env steps':>10}{'return (mean +- std over seeds)':>34}")
     for name in ("random", "heuristic"):
         print(f"{name:20}{'-':>10}{res[name]['return_mean']:>26.1f}")
     for name in ("mappo", "mappo_at_sb3_budget", "sb3_ippo", "ippo", "qmix", "maddpg"):
-        if not res[name]:
+        if not res.get(name):
             continue
         m, s = _mean_std([r["return_mean"] for r in res[name]])
         steps = res[name][0]["env_steps"]
         res[f"{name}_summary"] = {"mean": m, "std": s, "n": len(res[name]), "env_steps": steps}
         print(f"{name:20}{steps:>10}{m:>26.1f} +- {s:.1f} (n={len(res[name])})")
-    _write(RESULTS / "marl_learning.json", res)
+    _write(path, res)
     _plot(res, RESULTS / "marl_learning.png")
 
 
@@ -220,6 +227,12 @@ def main() -> None:
     p.add_argument("--env-steps", type=int, default=2_000_000)
     p.add_argument("--qmix-steps", type=int, default=300_000)
     p.add_argument("--maddpg-steps", type=int, default=400_000)
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=["mappo", "mappo_at_sb3_budget", "ippo", "qmix", "maddpg"],
+        help="train only these; keep the other algorithms' runs from marl_learning.json",
+    )
     p.set_defaults(func=cmd_learning)
     args = parser.parse_args()
     args.func(args)

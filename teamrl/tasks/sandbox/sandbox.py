@@ -324,6 +324,15 @@ def _kill_uid(uid: int) -> None:
     log.warning("sandbox: processes of uid %d survived %d SIGKILL passes", uid, _KILL_PASSES)
 
 
+def _wait_uid_gone(uid: int, timeout_s: float = 2.0) -> None:
+    """Wait (bounded) until no process of ``uid``, zombies included, is left in /proc."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(int(f["Uid"].split()[0]) == uid for _, f in process_statuses()):
+            return
+        time.sleep(0.01)
+
+
 class _Collector(asyncio.SubprocessProtocol):
     """Keeps capped output and reports the exit apart from the pipes closing: on Python 3.11
     ``Process.wait()`` also waits for the pipes, which leftover children may hold open."""
@@ -420,6 +429,11 @@ class Sandbox:
             if alive:
                 # Kills bwrap, whose pid 1 follows (--die-with-parent) taking the namespace along.
                 transport.kill()
+            if _is_root():
+                # The namespace's teardown is asynchronous, and slow on a loaded machine: kill the
+                # run's uid ourselves and wait until the kernel has taken its processes away.
+                _kill_uid(uid)
+                _wait_uid_gone(uid)
         elif _is_root():
             if alive:
                 # Not our root reaper (_boot.py): it reaps the run's processes once they die.
