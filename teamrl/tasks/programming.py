@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
+from teamrl.tasks.suite_args import choices, difficulty_levels
+from teamrl.tasks.suite_args import heldout_fraction as check_heldout_fraction
+
 KINDS = ("write", "fix")
 SPLITS = ("train", "heldout")
 DIFFICULTIES = (1, 2, 3)
@@ -745,21 +748,10 @@ class ProgrammingTaskSuite:
         kinds: tuple[str, ...] = KINDS,
         heldout_fraction: float = 0.2,
     ) -> None:
-        lo, hi = (difficulty, difficulty) if isinstance(difficulty, int) else tuple(difficulty)
-        if not (DIFFICULTIES[0] <= lo <= hi <= DIFFICULTIES[-1]):
-            raise ValueError(
-                f"difficulty={difficulty!r} is out of range; use an int in {DIFFICULTIES} "
-                "or a (low, high) pair with low <= high inside it"
-            )
-        bad = [k for k in kinds if k not in KINDS]
-        if bad or not kinds:
-            raise ValueError(f"kinds={kinds!r} is invalid; use a non-empty tuple drawn from {KINDS}")
-        if not 0.0 < heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction={heldout_fraction!r} must lie strictly between 0 and 1")
         self.seed = seed
-        self.difficulties = tuple(range(lo, hi + 1))
-        self.kinds = tuple(dict.fromkeys(kinds))
-        self.heldout_fraction = heldout_fraction
+        self.difficulties = difficulty_levels(difficulty, DIFFICULTIES)
+        self.kinds = choices("kinds", kinds, KINDS)
+        self.heldout_fraction = check_heldout_fraction(heldout_fraction)
         # split -> family -> difficulty -> parameter tuples; empty entries dropped so sampling never stalls.
         self._pools: dict[str, dict[str, dict[int, list[Params]]]] = {s: {} for s in SPLITS}
         for family in FAMILIES:

@@ -26,6 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from teamrl.tasks.suite_args import choices, difficulty_levels
+from teamrl.tasks.suite_args import heldout_fraction as check_heldout_fraction
+
 SPLITS = ("train", "heldout")
 DIFFICULTIES = (1, 2, 3)
 DEFAULT_TOLERANCE = 1e-6
@@ -380,21 +383,10 @@ class ReasoningTaskSuite:
         families: tuple[str, ...] = FAMILIES,
         heldout_fraction: float = 0.2,
     ) -> None:
-        lo, hi = (difficulty, difficulty) if isinstance(difficulty, int) else tuple(difficulty)
-        if not (DIFFICULTIES[0] <= lo <= hi <= DIFFICULTIES[-1]):
-            raise ValueError(
-                f"difficulty={difficulty!r} is out of range; use an int in {DIFFICULTIES} "
-                "or a (low, high) pair with low <= high inside it"
-            )
-        bad = [f for f in families if f not in _FAMILIES]
-        if bad or not families:
-            raise ValueError(f"families={families!r} is invalid; use a non-empty tuple drawn from {FAMILIES}")
-        if not 0.0 < heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction={heldout_fraction!r} must lie strictly between 0 and 1")
         self.seed = seed
-        self.difficulties = tuple(range(lo, hi + 1))
-        self.families = tuple(dict.fromkeys(families))
-        self.heldout_fraction = heldout_fraction
+        self.difficulties = difficulty_levels(difficulty, DIFFICULTIES)
+        self.families = choices("families", families, _FAMILIES)
+        self.heldout_fraction = check_heldout_fraction(heldout_fraction)
 
     def _in_split(self, family: str, difficulty: int, params: Params, split: str) -> bool:
         return (_split_position(family, difficulty, params) < self.heldout_fraction) == (split == "heldout")
