@@ -9,8 +9,6 @@ them when run as root). Used for the README's picture of the main job's report.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -24,37 +22,18 @@ def main() -> int:
     parser.add_argument("--open-first", action="store_true", help="expand the first sample episode")
     args = parser.parse_args()
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     from teamrl.report import write_report
+    from teamrl.report.browser import BrowserMissing, headless_chromium
 
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not binary or not driver:
-        print("report_screenshot: apt-get install chromium chromium-driver", file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory() as tmp:
         report = write_report([args.run_dir], Path(tmp) / "report")
-        options = webdriver.ChromeOptions()
-        options.binary_location = binary
-        for flag in (
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            f"--user-data-dir={Path(tmp) / 'profile'}",
-            f"--window-size={args.width},900",
-        ):
-            options.add_argument(flag)
-        os.environ["SE_OFFLINE"] = "true"  # never let Selenium Manager try the network
-        drv = webdriver.Chrome(options=options, service=Service(executable_path=driver))
+        try:
+            drv = headless_chromium(Path(tmp) / "profile", width=args.width)
+        except BrowserMissing as exc:
+            print(f"report_screenshot: {exc}", file=sys.stderr)
+            return 2
         try:
             drv.get(Path(report.index).resolve().as_uri())
             if args.open_first:

@@ -405,48 +405,15 @@ def test_serve_rebuilds_when_metrics_change(team_run, tmp_path):
 
 
 # -- the page in a real browser -------------------------------------------------------------------
-def _browser():
-    """Headless Debian Chromium through Selenium and chromedriver, offline; fails (never skips) when
-    they are missing, since CI installs them (scripts/setup.sh)."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.fail("selenium is not installed: pip install -e '.[dev]'")
-    binary = next((shutil.which(b) for b in ("chromium", "chromium-browser") if shutil.which(b)), None)
-    driver = shutil.which("chromedriver")
-    if not binary or not driver:
-        pytest.fail(
-            "headless Chromium is needed for the report's browser test: "
-            "apt-get install chromium chromium-driver (scripts/setup.sh installs them when run as root)"
-        )
-    return webdriver, Service, binary, driver
-
-
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    webdriver, Service, binary, driver_path = _browser()
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={profile}",
-        "--window-size=1280,900",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SE_OFFLINE", "true")  # never let Selenium Manager try the network
-        drv = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    """Fails (never skips) when Chromium is missing: CI installs it (scripts/setup.sh)."""
+    from teamrl.report.browser import BrowserMissing, headless_chromium
+
+    try:
+        drv = headless_chromium(tmp_path_factory.mktemp("chromium-profile"), console_log=True)
+    except BrowserMissing as exc:
+        pytest.fail(str(exc))
     drv.set_page_load_timeout(30)
     yield drv
     drv.quit()
