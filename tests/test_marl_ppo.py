@@ -158,6 +158,50 @@ def test_per_group_sharing_builds_separate_nets_for_different_spaces():
     assert set(acts) == {"a0", "a1", "b"} and acts["b"].shape == (3,)
 
 
+def test_entity_actor_is_invariant_to_the_order_of_landmarks():
+    """simple_spread declares its landmark slots; permuting them in the input leaves the logits unchanged,
+    while moving a landmark changes them (the slots are read, not ignored)."""
+    from teamrl.marl.envs.mpe import SimpleSpread
+
+    env = SimpleSpread(num_envs=4, N=3, seed=0)
+    step = env.reset(seed=0)
+    g = ppo.make_groups(env, "per_agent", agent_id=True, entity_actor=True)[0]
+    assert g.entities == (4, 3, 2)
+    start, count, width = g.entities
+    obs = step.obs["agent_0"]
+    # the declared slots are the landmarks' positions relative to the agent
+    np.testing.assert_allclose(
+        obs[:, start : start + count * width].reshape(-1, count, width),
+        env.landmark_pos - env.agent_pos[:, :1],
+        atol=1e-6,
+    )
+    torch.manual_seed(0)
+    actor = ppo.Actor(g, [32, 32])
+    for p in actor.parameters():  # a non-trivial network (the last layer starts near zero)
+        torch.nn.init.normal_(p, std=0.5)
+    x = ppo.group_obs(g, step.obs)
+    slots = x[..., start : start + count * width].unflatten(-1, (count, width))
+    permuted = x.clone()
+    permuted[..., start : start + count * width] = slots[..., [2, 0, 1], :].flatten(-2)
+    moved = x.clone()
+    moved[..., start] += 0.5
+    with torch.no_grad():
+        logits = actor.dist(x).logits
+        torch.testing.assert_close(actor.dist(permuted).logits, logits, atol=1e-5, rtol=1e-5)
+        assert (actor.dist(moved).logits - logits).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="entity_slots"):
+        ppo.make_groups(CueGame(2, 0), "per_agent", agent_id=True, entity_actor=True)
+
+
+def test_entity_actor_trains_and_reloads(tmp_path):
+    from teamrl.marl.train import evaluate_run, train
+
+    overrides = {"total_env_steps": 400, "num_envs": 8, "hidden": [16], "epochs": 1, "entity_actor": True}
+    summary = train("mappo", "simple_spread", overrides, tmp_path / "run", episodes=4, show_progress=False)
+    again = evaluate_run(tmp_path / "run", episodes=4)
+    assert again["return/mean"] == pytest.approx(summary["eval"]["return/mean"])
+
+
 @pytest.mark.parametrize("centralised", [False, True])
 def test_few_iterations_learn_the_cue_game(centralised):
     """Random play earns 1/3 per agent-step (masked game); a few updates move the weights toward 1."""

@@ -11,7 +11,10 @@ One file, read top to bottom:
 * each agent has its own value and advantage (rewards are per agent), computed with GAE; a copy cut by
   a time limit is bootstrapped from the value of its ``final_obs`` / ``final_state``;
 * value targets are normalised by a running mean / std (``value_norm``, as in the MAPPO paper);
-* action masks are applied to the logits, so masked actions are never sampled.
+* action masks are applied to the logits, so masked actions are never sampled;
+* ``entity_actor``: where the env declares interchangeable slots of the observation (simple_spread's
+  landmarks, ``env.entity_slots``), the actor reads them as a set (attention pooling over slots), so
+  it cannot learn "agent i goes to slot i" and has to choose by geometry.
 
 A group's rollout is one tensor ``[T, B, k, ...]`` (steps, copies, agents of the group): there are no
 Python loops over copies or agents in the hot path.
@@ -63,6 +66,10 @@ class Config(BaseModel):
     )
     agent_id: bool = Field(True, description="one-hot agent id in the inputs of networks shared by agents")
     hidden: list[int] = Field(default_factory=lambda: [64, 64], description="actor hidden layer sizes")
+    entity_actor: bool = Field(
+        False,
+        description="actor pools the env's interchangeable observation slots as a set (env.entity_slots)",
+    )
     critic_hidden: list[int] | None = Field(None, description="critic hidden layer sizes (null: as hidden)")
     activation: Literal["tanh", "relu"] = "relu"
     value_norm: bool = Field(True, description="running mean / std normalisation of value targets")
@@ -91,6 +98,7 @@ class GroupSpec:
     low: list[float] | None = None
     high: list[float] | None = None
     one_hot: bool = False
+    entities: tuple[int, int, int] | None = None  # (start, count, width) of interchangeable obs slots
 
     @property
     def k(self) -> int:
@@ -101,7 +109,9 @@ class GroupSpec:
         return self.obs_dim + (self.k if self.one_hot else 0)
 
 
-def make_groups(env: VecMultiAgentEnv, sharing: str, agent_id: bool) -> list[GroupSpec]:
+def make_groups(
+    env: VecMultiAgentEnv, sharing: str, agent_id: bool, entity_actor: bool = False
+) -> list[GroupSpec]:
     def spaces_key(agent: str) -> tuple:
         act = env.action_spaces[agent]
         act_key = ("discrete", int(act.n)) if isinstance(act, spaces.Discrete) else ("box", act.shape)
@@ -122,6 +132,9 @@ def make_groups(env: VecMultiAgentEnv, sharing: str, agent_id: bool) -> list[Gro
             by_key.setdefault(spaces_key(a), []).append(a)
         members = list(by_key.values())
 
+    slots: dict[str, tuple[int, int, int]] = getattr(env, "entity_slots", None) or {}
+    if entity_actor and not slots:
+        raise ValueError("entity_actor needs an env that declares entity_slots (e.g. simple_spread)")
     groups = []
     for agents in members:
         act = env.action_spaces[agents[0]]
@@ -138,6 +151,7 @@ def make_groups(env: VecMultiAgentEnv, sharing: str, agent_id: bool) -> list[Gro
                 low=None if box is None else box[0].ravel().tolist(),
                 high=None if box is None else box[1].ravel().tolist(),
                 one_hot=agent_id and len(agents) > 1,
+                entities=tuple(slots[agents[0]]) if entity_actor and agents[0] in slots else None,
             )
         )
     return groups
@@ -175,13 +189,51 @@ def env_actions(g: GroupSpec, actions: torch.Tensor) -> dict[str, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------------------- networks
+class EntityNet(nn.Module):
+    """An MLP whose ``count`` slots of ``width`` inputs at ``start`` form a set: each slot, together with
+    the rest of the input, is encoded by one shared MLP; the encodings are pooled by softmax attention
+    and by max; a head MLP maps the pools and the rest to the output. Permuting the slots permutes
+    nothing in the output."""
+
+    def __init__(
+        self, in_dim: int, slots: tuple[int, int, int], hidden: list[int], n_out: int, activation: str
+    ) -> None:
+        super().__init__()
+        self.start, self.count, self.width = slots
+        if self.start < 0 or self.count < 1 or self.start + self.count * self.width > in_dim:
+            raise ValueError(f"entity slots {slots} do not fit an input of {in_dim}")
+        act, h = ACTIVATIONS[activation], hidden[0]
+        rest = in_dim - self.count * self.width
+        self.encode = mlp([self.width + rest, h, h], act)
+        self.score = nn.Linear(h, 1)
+        self.head = mlp(
+            [2 * h + rest, *hidden[1:], n_out] if len(hidden) > 1 else [2 * h + rest, n_out],
+            act,
+            out_gain=0.01,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        end = self.start + self.count * self.width
+        tokens = x[..., self.start : end].unflatten(-1, (self.count, self.width))
+        rest = torch.cat([x[..., : self.start], x[..., end:]], dim=-1)
+        h = torch.relu(
+            self.encode(torch.cat([tokens, rest.unsqueeze(-2).expand(*tokens.shape[:-1], -1)], -1))
+        )
+        attn = torch.softmax(self.score(h), dim=-2)
+        pooled = torch.cat([(attn * h).sum(-2), h.amax(-2), rest], dim=-1)
+        return self.head(pooled)
+
+
 class Actor(nn.Module):
     """Categorical over (masked) logits, or a diagonal Gaussian with a learned state-independent std."""
 
     def __init__(self, g: GroupSpec, hidden: list[int], activation: str = "relu") -> None:
         super().__init__()
         self.discrete = g.discrete
-        self.net = mlp([g.in_dim, *hidden, g.n_out], ACTIVATIONS[activation], out_gain=0.01)
+        if g.entities is not None:
+            self.net: nn.Module = EntityNet(g.in_dim, g.entities, hidden, g.n_out, activation)
+        else:
+            self.net = mlp([g.in_dim, *hidden, g.n_out], ACTIVATIONS[activation], out_gain=0.01)
         if not g.discrete:
             self.log_std = nn.Parameter(torch.full((g.n_out,), -0.5))
 
@@ -265,7 +317,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     env = run.make_env(cfg.num_envs, cfg.seed)
     B, T, n_agents = env.num_envs, cfg.rollout_steps, len(env.agents)
-    groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id)
+    groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
     state_dim = env.state_dim if cfg.centralised_critic else 0
     actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation) for g in groups])
     critic_hidden = cfg.hidden if cfg.critic_hidden is None else cfg.critic_hidden
@@ -427,7 +479,10 @@ def make_actor(
 ) -> Callable[[VecStep], dict[str, np.ndarray]]:
     """Rebuild a checkpoint's actors; the returned function maps a ``VecStep`` to every agent's action."""
     cfg = Config(**checkpoint["config"])
-    groups = [GroupSpec(**g) for g in checkpoint["groups"]]
+    groups = [
+        GroupSpec(**{**g, "entities": tuple(g["entities"]) if g.get("entities") else None})
+        for g in checkpoint["groups"]
+    ]
     actors = []
     for g, state in zip(groups, checkpoint["actors"], strict=True):
         actor = Actor(g, cfg.hidden, cfg.activation)

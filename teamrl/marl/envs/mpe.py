@@ -309,6 +309,9 @@ class SimpleSpread(BatchedMPE):
         self.landmark_size = np.full(N, 0.05)
         self.landmark_collide = np.zeros(N, dtype=bool)
         self._setup(num_envs, max_cycles, seed, continuous_actions)
+        # the landmarks are interchangeable: slots (start, count, width) of the observation that an
+        # order-invariant actor (teamrl.marl.ppo's ``entity_actor``) may treat as a set
+        self.entity_slots = {a: (4, N, DIM_P) for a in self.agents}
 
     def _sample_initial(self, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
         return {
