@@ -78,10 +78,22 @@ class EmbeddedConfig(_Strict):
     cache_dir: str = Field("~/.cache/teamrl", description="where built bases are kept, keyed by content")
 
 
+class VLLMConfig(_Strict):
+    """vLLM's ``LLM`` engine for ``generation: vllm`` (it shares the GPU with the learner)."""
+
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="share of the GPU's memory vLLM may take (weights + KV cache)"
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="longest prompt + completion vLLM plans for (default: the model's own)"
+    )
+    enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start-up, slower decoding")
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 _OPENAI_KEYS = ("base_url", "model", "api_key_env", "stop")
-_LOCAL_MODEL_KEYS = ("device", "dtype", "gradient_checkpointing")
+_LOCAL_MODEL_KEYS = ("device", "dtype", "gradient_checkpointing", "generation")
 
 
 class PolicyConfig(_Strict):
@@ -105,6 +117,12 @@ class PolicyConfig(_Strict):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory, about 30% more compute"
     )
+    generation: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="who generates rollouts: hf (the learner's own model) or vllm (vLLM's engine on a GPU; "
+        "each role's adapter is pushed to it after every update; pip install 'teamrl[vllm]')",
+    )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # kind: openai
     base_url: str | None = Field(None, description="kind openai: the API root, e.g. http://localhost:8000/v1")
     model: str | None = Field(None, description="kind openai: the model name the endpoint serves")

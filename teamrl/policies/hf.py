@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +103,14 @@ def resolve_checkpoint(path: str | Path) -> tuple[str, bool]:
     return str(local), True
 
 
+class GenerationBackend(Protocol):
+    """Generates in an :class:`HFPolicy`'s place (vLLM): the same requests, prompts already tokenized."""
+
+    def generate(
+        self, prompt_ids: list[list[int]], requests: list[GenerationRequest]
+    ) -> list[Generation]: ...
+
+
 def _strip_adapter(param_name: str, adapter: str) -> str | None:
     """``...q_proj.lora_A.coder.weight`` -> ``...q_proj.lora_A.weight`` if it belongs to ``adapter``."""
     parts = param_name.split(".")
@@ -117,7 +126,8 @@ class HFPolicy:
     Base weights are always frozen outside ``sft(None, ...)``. Every adapter is trainable except
     snapshots made by ``copy_adapter``; ``set_trainable`` sets the trainable set exactly. Sampling is
     plain ``softmax(logits / T)``: the checkpoint's own sampling presets (top_k, repetition_penalty, ...)
-    are dropped so recorded log-probs are the true behaviour log-probs.
+    are dropped so recorded log-probs are the true behaviour log-probs. ``generation_backend`` (vLLM),
+    when set, generates instead of this process's model; scoring and training stay here.
     """
 
     def __init__(
@@ -142,6 +152,7 @@ class HFPolicy:
         self.adapter_names: list[str] = []
         self._trainable: set[str] = set()
         self._params: dict[str | None, dict[str, torch.nn.Parameter]] = {}
+        self.generation_backend: GenerationBackend | None = None
 
         eos = model.generation_config.eos_token_id
         eos_list = eos if isinstance(eos, list) else [] if eos is None else [eos]
@@ -204,6 +215,11 @@ class HFPolicy:
         for adapter in adapters:
             policy.add_adapter(adapter)
         return policy
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """Token ids that end a completion (the tokenizer's EOS and the checkpoint's own)."""
+        return list(self._eos_ids)
 
     # ----- adapters -----------------------------------------------------------------------------
 
@@ -277,6 +293,16 @@ class HFPolicy:
             self._check(adapter)
         self._trainable = names
         self._apply_trainable()
+
+    def weights_version(self, name: str | None) -> int:
+        """A number that grows whenever an adapter's (None: the base's) weights change in place.
+
+        Torch counts in-place writes per tensor (optimizer steps, ``copy_``, ``add_``), so a backend that
+        serves copies of the weights (vLLM) learns of every update without the trainer telling it, and
+        without hashing the weights as :meth:`fingerprint` does.
+        """
+        self._check(name)
+        return sum(param._version for param in self._params[name].values())
 
     def fingerprint(self, name: str | None) -> str:
         """Hash of an adapter's (or, for None, the base's) parameter values."""
@@ -359,10 +385,13 @@ class HFPolicy:
     # ----- generation and scoring ---------------------------------------------------------------
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        """Complete every request; one decode loop per (adapter, temperature, length) micro-batch."""
+        """Complete every request: all at once with the generation backend when one is set, else here,
+        one decode loop per (adapter, temperature, length) micro-batch."""
         for req in requests:
             self._check(req.adapter)
         prompt_ids = self.encode_prompts(requests)
+        if self.generation_backend is not None:
+            return self.generation_backend.generate(prompt_ids, requests)
         groups: dict[tuple[str | None, float, int], list[int]] = {}
         for i, req in enumerate(requests):
             groups.setdefault((req.adapter, req.temperature, req.max_new_tokens), []).append(i)

@@ -177,6 +177,12 @@ class Trainer:
             if not items:  # every group had equal rewards: nothing to learn from this batch
                 stats[f"train/{role}/skipped"] = 1.0
                 continue
+            if policy.generation_backend is not None:
+                # The learner recomputes the behaviour log-probs: vLLM's come from other kernels (and,
+                # before vLLM 0.10.2, ignore the temperature), so its ratio would not start at 1.
+                stats[f"train/{role}/behaviour_logprob_gap"] = self._recompute_old_logprobs(
+                    policy, role, items
+                )
             if a.kl_coef > 0:
                 for s, ref in zip(items, self._score(policy, _ref(role), items), strict=True):
                     s.ref_logprobs = ref
@@ -258,6 +264,16 @@ class Trainer:
             )
             scores += [logp[row, : len(s.turn.completion_ids)].tolist() for row, s in enumerate(chunk)]
         return scores
+
+    def _recompute_old_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> float:
+        """Replace the generator's behaviour log-probs by the learner's; returns their mean absolute gap
+        per token (near 0 when the generator serves the role's current adapter)."""
+        gap = tokens = 0.0
+        for s, learner in zip(items, self._score(policy, role, items), strict=True):
+            gap += sum(abs(x - y) for x, y in zip(s.old_logprobs, learner, strict=True))
+            tokens += len(learner)
+            s.old_logprobs = learner
+        return gap / max(tokens, 1.0)
 
     # -- SFT ------------------------------------------------------------------------------------
     def sft_roles(self) -> dict[str, float]:
