@@ -78,19 +78,51 @@ class EmbeddedConfig(_Strict):
     cache_dir: str = Field("~/.cache/teamrl", description="where built bases are kept, keyed by content")
 
 
+class VLLMConfig(_Strict):
+    """vLLM's ``LLM`` engine for ``generation: vllm`` (it shares the GPU with the learner)."""
+
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="share of the GPU's memory vLLM may take (weights + KV cache)"
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="longest prompt + completion vLLM plans for (default: the model's own)"
+    )
+    enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start-up, slower decoding")
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 _OPENAI_KEYS = ("base_url", "model", "api_key_env", "stop")
+_LOCAL_MODEL_KEYS = ("device", "dtype", "gradient_checkpointing", "generation")
 
 
 class PolicyConfig(_Strict):
     kind: Literal["embedded", "hf", "openai"] = Field(
         "embedded",
-        description="embedded: the built-in tiny model; hf: a local transformers checkpoint; openai: an "
+        description="embedded: the built-in tiny model; hf: a transformers checkpoint; openai: an "
         "OpenAI-compatible HTTP endpoint (inference only: frozen roles and judges)",
     )
-    path: str | None = Field(None, description="local checkpoint directory (kind: hf)")
+    path: str | None = Field(
+        None,
+        description="kind hf: a local checkpoint directory, or a Hugging Face hub id (org/name) that is "
+        "in the local HF cache or downloadable from a reachable hub",
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
+    # kinds embedded and hf (a model in this process)
+    device: str = Field("auto", description="cpu, cuda, cuda:N, or auto (cuda when torch sees a GPU)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weights' dtype; auto: bfloat16 on a GPU, float32 on CPU (adapters stay float32)"
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory, about 30% more compute"
+    )
+    generation: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="who generates rollouts: hf (the learner's own model) or vllm (vLLM's engine on a GPU; "
+        "each role's adapter is pushed to it after every update; pip install 'teamrl[vllm]')",
+    )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # kind: openai
     base_url: str | None = Field(None, description="kind openai: the API root, e.g. http://localhost:8000/v1")
     model: str | None = Field(None, description="kind openai: the model name the endpoint serves")
@@ -110,7 +142,9 @@ class PolicyConfig(_Strict):
     @model_validator(mode="after")
     def _per_kind(self) -> PolicyConfig:
         if self.kind == "hf" and not self.path:
-            raise ValueError("kind 'hf' needs `path`: a local transformers checkpoint directory")
+            raise ValueError("kind 'hf' needs `path`: a local checkpoint directory or a hub id (org/name)")
+        if not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         if self.kind != "openai":
             stray = [k for k in _OPENAI_KEYS if getattr(self, k) is not None]
             if stray:
@@ -124,6 +158,12 @@ class PolicyConfig(_Strict):
             raise ValueError("kind 'openai' needs `model`: the model name the endpoint serves")
         if self.path:
             raise ValueError("kind 'openai' takes no `path` (the endpoint serves the model); remove it")
+        local = [k for k in _LOCAL_MODEL_KEYS if getattr(self, k) != PolicyConfig.model_fields[k].default]
+        if local:
+            raise ValueError(
+                f"{', '.join(local)} only apply to a model in this process (kinds embedded and hf); "
+                "kind 'openai' runs on the endpoint: remove them"
+            )
         if self.api_key_env is not None and not _ENV_NAME.fullmatch(self.api_key_env):
             raise ValueError(
                 "api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "

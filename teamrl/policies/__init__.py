@@ -1,5 +1,5 @@
-"""Policies: a causal LM base plus one LoRA adapter per role, the embedded tiny default, and
-OpenAI-compatible endpoints (inference only).
+"""Policies: a causal LM base plus one LoRA adapter per role (generating itself or through vLLM), the
+embedded tiny default, and OpenAI-compatible endpoints (inference only).
 
 The torch/transformers/peft backed names load on first use, so importing the light records in
 ``teamrl.policies.base`` (as the engine does) does not pay for importing the model stack.
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         build_tiny_model,
         train_tokenizer,
     )
+    from teamrl.policies.vllm_generation import VLLMGenerator
 
 _LAZY = {
     "HFPolicy": "hf",
@@ -36,6 +37,7 @@ _LAZY = {
     "build_embedded_default": "tiny",
     "build_tiny_model": "tiny",
     "train_tokenizer": "tiny",
+    "VLLMGenerator": "vllm_generation",
 }
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "SFTSettings",
     "TinyModelConfig",
     "TrainablePolicy",
+    "VLLMGenerator",
     "build_embedded_default",
     "build_tiny_model",
     "encode_examples",

@@ -1,4 +1,4 @@
-"""A policy on any local transformers checkpoint: one frozen base plus one LoRA adapter per role."""
+"""A policy on any transformers checkpoint: one frozen base plus one LoRA adapter per role."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,7 @@ from teamrl.policies.base import Generation, GenerationRequest
 from teamrl.policies.sft import FULL_LR, SFTSettings, sft_train
 
 _ADAPTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name
 
 log = logging.getLogger("teamrl.policies")
 
@@ -64,6 +66,51 @@ class LoraSettings:
         )
 
 
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; a GPU asked for must exist."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            f"device {device!r}: torch {torch.__version__} sees no CUDA GPU; use device: cpu (or auto)"
+        )
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """``auto`` -> bfloat16 on a GPU, float32 on CPU; otherwise the named torch dtype."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, dtype)
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[str, bool]:
+    """What to load and whether from local files only.
+
+    An existing path must be a checkpoint directory (loaded from disk, never the hub). A hub id
+    (``org/name``) that is no local path goes through the Hugging Face cache, which downloads it
+    where a hub is reachable (``HF_HUB_OFFLINE=1`` keeps it to the cache).
+    """
+    local = Path(path).expanduser()
+    if not local.exists() and _HUB_ID.fullmatch(str(path)):
+        return str(path), False
+    if not (local / "config.json").is_file():
+        what = "does not exist" if not local.exists() else "has no config.json"
+        raise FileNotFoundError(
+            f"model directory {local} {what}: pass a checkpoint directory written by save_pretrained "
+            "(e.g. the output of build_embedded_default) or a hub id such as Qwen/Qwen2.5-0.5B-Instruct"
+        )
+    return str(local), True
+
+
+class GenerationBackend(Protocol):
+    """Generates in an :class:`HFPolicy`'s place (vLLM): the same requests, prompts already tokenized."""
+
+    def generate(
+        self, prompt_ids: list[list[int]], requests: list[GenerationRequest]
+    ) -> list[Generation]: ...
+
+
 def _strip_adapter(param_name: str, adapter: str) -> str | None:
     """``...q_proj.lora_A.coder.weight`` -> ``...q_proj.lora_A.weight`` if it belongs to ``adapter``."""
     parts = param_name.split(".")
@@ -79,7 +126,8 @@ class HFPolicy:
     Base weights are always frozen outside ``sft(None, ...)``. Every adapter is trainable except
     snapshots made by ``copy_adapter``; ``set_trainable`` sets the trainable set exactly. Sampling is
     plain ``softmax(logits / T)``: the checkpoint's own sampling presets (top_k, repetition_penalty, ...)
-    are dropped so recorded log-probs are the true behaviour log-probs.
+    are dropped so recorded log-probs are the true behaviour log-probs. ``generation_backend`` (vLLM),
+    when set, generates instead of this process's model; scoring and training stay here.
     """
 
     def __init__(
@@ -89,6 +137,7 @@ class HFPolicy:
         lora: LoraSettings = LoraSettings(),
         name: str = "hf",
         max_batch_size: int = 64,
+        gradient_checkpointing: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size}: must be >= 1")
@@ -103,6 +152,7 @@ class HFPolicy:
         self.adapter_names: list[str] = []
         self._trainable: set[str] = set()
         self._params: dict[str | None, dict[str, torch.nn.Parameter]] = {}
+        self.generation_backend: GenerationBackend | None = None
 
         eos = model.generation_config.eos_token_id
         eos_list = eos if isinstance(eos, list) else [] if eos is None else [eos]
@@ -118,6 +168,13 @@ class HFPolicy:
         self._keeps_logits = "logits_to_keep" in forward_params
         # transformers renamed past_key_values to cache (5.x); take whichever this model's forward has
         self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
+        if gradient_checkpointing:
+            # Non-reentrant: gradients reach the LoRA weights although the inputs need no grad.
+            # transformers 5 renamed gradient_checkpointing_enable (deprecated there) to this.
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.eval()
         self._reindex()  # also freezes the base: nothing is trainable yet
 
@@ -131,21 +188,38 @@ class HFPolicy:
         dtype: torch.dtype = torch.float32,
         device: str = "cpu",
         max_batch_size: int = 64,
+        gradient_checkpointing: bool = False,
     ) -> HFPolicy:
-        """Load tokenizer and model from a local directory (never the hub) and add one adapter per name."""
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            what = "does not exist" if not path.exists() else "has no config.json"
+        """Load tokenizer and model (see :func:`resolve_checkpoint`) and add one adapter per name."""
+        source, local_only = resolve_checkpoint(path)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, dtype=dtype)
+        except OSError as exc:
+            if local_only:
+                raise
             raise FileNotFoundError(
-                f"model directory {path} {what}: pass a local checkpoint directory written by "
-                "save_pretrained (e.g. the output of build_embedded_default); nothing is downloaded"
-            )
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
-        policy = cls(model, tokenizer, lora=lora, name=name, max_batch_size=max_batch_size)
+                f"{source!r} is no local directory, and loading it as a hub id failed: {exc}\n"
+                f"Where no hub is reachable, download it elsewhere (hf download {source} --local-dir DIR), "
+                "copy DIR here and set path to it"
+            ) from None
+        model.to(device)
+        policy = cls(
+            model,
+            tokenizer,
+            lora=lora,
+            name=name,
+            max_batch_size=max_batch_size,
+            gradient_checkpointing=gradient_checkpointing,
+        )
         for adapter in adapters:
             policy.add_adapter(adapter)
         return policy
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """Token ids that end a completion (the tokenizer's EOS and the checkpoint's own)."""
+        return list(self._eos_ids)
 
     # ----- adapters -----------------------------------------------------------------------------
 
@@ -219,6 +293,16 @@ class HFPolicy:
             self._check(adapter)
         self._trainable = names
         self._apply_trainable()
+
+    def weights_version(self, name: str | None) -> int:
+        """A number that grows whenever an adapter's (None: the base's) weights change in place.
+
+        Torch counts in-place writes per tensor (optimizer steps, ``copy_``, ``add_``), so a backend that
+        serves copies of the weights (vLLM) learns of every update without the trainer telling it, and
+        without hashing the weights as :meth:`fingerprint` does.
+        """
+        self._check(name)
+        return sum(param._version for param in self._params[name].values())
 
     def fingerprint(self, name: str | None) -> str:
         """Hash of an adapter's (or, for None, the base's) parameter values."""
@@ -301,11 +385,29 @@ class HFPolicy:
     # ----- generation and scoring ---------------------------------------------------------------
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        """Complete every request; one ``model.generate`` per (adapter, temperature, length) micro-batch."""
+        """Complete every request: all at once with the generation backend when one is set, else here,
+        one decode loop per (adapter, temperature, length) micro-batch."""
+        for req in requests:
+            self._check(req.adapter)
+        prompt_ids = self.encode_prompts(requests)
+        if self.generation_backend is not None:
+            return self.generation_backend.generate(prompt_ids, requests)
         groups: dict[tuple[str | None, float, int], list[int]] = {}
         for i, req in enumerate(requests):
-            self._check(req.adapter)
             groups.setdefault((req.adapter, req.temperature, req.max_new_tokens), []).append(i)
+        results: list[Generation | None] = [None] * len(requests)
+        for (adapter, temperature, max_new), idxs in groups.items():
+            idxs.sort(key=lambda i: len(prompt_ids[i]))  # similar lengths together: less padding
+            for start in range(0, len(idxs), self.max_batch_size):
+                chunk = idxs[start : start + self.max_batch_size]
+                outs = self._generate_batch([prompt_ids[i] for i in chunk], adapter, temperature, max_new)
+                for i, out in zip(chunk, outs, strict=True):
+                    results[i] = out
+        return results  # type: ignore[return-value]  # every slot was filled above
+
+    def encode_prompts(self, requests: list[GenerationRequest]) -> list[list[int]]:
+        """Each request's prompt ids, cut (keeping BOS and the most recent part) to leave room for its
+        completion within the model's positions."""
         prompt_ids = self.tokenizer([r.prompt for r in requests])["input_ids"] if requests else []
         limit = self._max_positions
         for i, req in enumerate(requests):
@@ -323,15 +425,7 @@ class HFPolicy:
                 "policy %s: prompt of %d tokens cut to its last %d", self.name, len(prompt_ids[i]), keep
             )
             prompt_ids[i] = prompt_ids[i][:1] + prompt_ids[i][-keep:]
-        results: list[Generation | None] = [None] * len(requests)
-        for (adapter, temperature, max_new), idxs in groups.items():
-            idxs.sort(key=lambda i: len(prompt_ids[i]))  # similar lengths together: less padding
-            for start in range(0, len(idxs), self.max_batch_size):
-                chunk = idxs[start : start + self.max_batch_size]
-                outs = self._generate_batch([prompt_ids[i] for i in chunk], adapter, temperature, max_new)
-                for i, out in zip(chunk, outs, strict=True):
-                    results[i] = out
-        return results  # type: ignore[return-value]  # every slot was filled above
+        return [list(ids) for ids in prompt_ids]
 
     @torch.inference_mode()
     def _generate_batch(
@@ -439,7 +533,9 @@ class HFPolicy:
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # as generate derives them from the mask
         kwargs = {"logits_to_keep": tc + 1} if self._keeps_logits else {}
         with self._use(adapter):
-            logits = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, **kwargs).logits
+            logits = self.model(
+                input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False, **kwargs
+            ).logits
         logits = logits[:, -(tc + 1) : -1].float()
         scale = temperature if temperature > 0 else 1.0
         mask = attn[:, width:].float()

@@ -182,7 +182,7 @@ def sft_train(
                 if step >= total:
                     break
                 ids, labels, mask = _collate(batch, pad_id, device, settings.prompt_loss)
-                logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
                 targets = labels[:, 1:]
                 n = int((targets != -100).sum())
                 flat = logits.reshape(-1, logits.shape[-1])

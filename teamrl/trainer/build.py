@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -13,10 +14,11 @@ from pathlib import Path
 from teamrl.config import Config, ConfigError, PolicyConfig
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
-from teamrl.policies.hf import HFPolicy, LoraSettings
+from teamrl.policies.hf import HFPolicy, LoraSettings, resolve_checkpoint, resolve_device, resolve_dtype
 from teamrl.policies.openai_compat import OpenAICompatPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.policies.tiny import BUILD_MARKER, TinyModelConfig, build_embedded_default
+from teamrl.policies.vllm_generation import VLLM_MISSING, VLLMGenerator, VLLMSettings
 from teamrl.tasks.programming import ProgrammingTaskSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
 from teamrl.workflows.experts import pipeline_experts
@@ -120,10 +122,29 @@ def build_policy(cfg: Config, name: str, progress: bool = True) -> HFPolicy | Op
             stop=pcfg.stop,
             roles=roles,
         )
+    # Checked before any model is built: what this machine cannot run is a config error.
+    try:
+        device = resolve_device(pcfg.device)
+    except ValueError as exc:
+        raise ConfigError(f"policies.{name}.device: {exc}") from None
+    if pcfg.generation == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"policies.{name}.generation is 'vllm', but {VLLM_MISSING}")
     adapters = [r for r in roles if cfg.workflow.roles[r].adapter]
-    path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else Path(pcfg.path or "")
+    path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else pcfg.path or ""
     lora = LoraSettings(r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules))
-    return HFPolicy.from_pretrained(path, adapters=adapters, lora=lora, name=name)
+    policy = HFPolicy.from_pretrained(
+        path,
+        adapters=adapters,
+        lora=lora,
+        name=name,
+        dtype=resolve_dtype(pcfg.dtype, device),
+        device=device,
+        gradient_checkpointing=pcfg.gradient_checkpointing,
+    )
+    if pcfg.generation == "vllm":
+        settings = VLLMSettings(**pcfg.vllm.model_dump(), seed=cfg.run.seed)
+        policy.generation_backend = VLLMGenerator.launch(policy, resolve_checkpoint(path)[0], settings)
+    return policy
 
 
 def build_policies(cfg: Config, progress: bool = True) -> dict[str, HFPolicy | OpenAICompatPolicy]:

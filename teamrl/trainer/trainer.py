@@ -51,10 +51,12 @@ class TrainerState:
 
 @dataclass
 class _Sample:
-    """One turn to learn from, with its advantage and (when KL is on) reference log-probs."""
+    """One turn to learn from, with its advantage, the behaviour log-probs PPO's ratio starts from and
+    (when KL is on) reference log-probs."""
 
     turn: Turn
     advantage: float
+    old_logprobs: list[float]
     ref_logprobs: list[float] = field(default_factory=list)
 
 
@@ -163,11 +165,11 @@ class Trainer:
         ``ppo_epochs`` passes over the turns, each split into ``minibatches`` optimizer steps."""
         a = self.cfg.algorithm
         adv = self.advantages(episodes, roles)
-        stats: dict[str, float] = {}
+        stats: dict[str, float] = {"perf/learner_tokens": 0.0}
         for role in roles:
             policy = self.policy_of(role)
             items: list[_Sample] = [
-                _Sample(t, float(adv[role][i]))
+                _Sample(t, float(adv[role][i]), t.logprobs)
                 for i, ep in enumerate(episodes)
                 for t in ep.turns
                 if t.role == role and t.completion_ids and abs(float(adv[role][i])) > 1e-8
@@ -175,8 +177,15 @@ class Trainer:
             if not items:  # every group had equal rewards: nothing to learn from this batch
                 stats[f"train/{role}/skipped"] = 1.0
                 continue
+            if policy.generation_backend is not None:
+                # The learner recomputes the behaviour log-probs: vLLM's come from other kernels (and,
+                # before vLLM 0.10.2, ignore the temperature), so its ratio would not start at 1.
+                stats[f"train/{role}/behaviour_logprob_gap"] = self._recompute_old_logprobs(
+                    policy, role, items
+                )
             if a.kl_coef > 0:
-                self._attach_ref_logprobs(policy, role, items)
+                for s, ref in zip(items, self._score(policy, _ref(role), items), strict=True):
+                    s.ref_logprobs = ref
             policy.set_trainable([role])
             policy.model.train()
             opt = self._optimizer(role)
@@ -188,6 +197,9 @@ class Trainer:
             for _ in range(a.ppo_epochs):
                 for minibatch in minibatches:
                     self._step(policy, role, opt, minibatch, agg, weight=1.0 / steps)
+            stats["perf/learner_tokens"] += a.ppo_epochs * sum(
+                len(s.turn.prompt_ids) + len(s.turn.completion_ids) for s in items
+            )
             policy.set_trainable([])
             policy.model.eval()
             stats.update({f"train/{role}/{k}": v for k, v in agg.items()})
@@ -215,13 +227,13 @@ class Trainer:
                 [s.turn.completion_ids for s in chunk],
                 a.temperature,
             )
-            width = logp.shape[1]
+            width, device = logp.shape[1], logp.device
             out = grpo_loss(
                 logp,
-                _pad([s.turn.logprobs for s in chunk], width),
-                torch.tensor([s.advantage for s in chunk]),
+                _pad([s.old_logprobs for s in chunk], width, device),
+                torch.tensor([s.advantage for s in chunk], device=device),
                 mask,
-                ref_logp=_pad([s.ref_logprobs for s in chunk], width) if a.kl_coef > 0 else None,
+                ref_logp=_pad([s.ref_logprobs for s in chunk], width, device) if a.kl_coef > 0 else None,
                 clip_low=a.clip_low,
                 clip_high=a.clip_high,
                 kl_coef=a.kl_coef,
@@ -237,19 +249,31 @@ class Trainer:
         agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight
 
     @torch.no_grad()
-    def _attach_ref_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> None:
-        """Log-probs of each turn under the role's frozen SFT snapshot (the KL reference)."""
+    def _score(self, policy: HFPolicy, adapter: str, items: list[_Sample]) -> list[list[float]]:
+        """Log-probs of each turn's completion under ``adapter`` (e.g. the role's frozen SFT snapshot,
+        the KL reference), computed by the learner."""
         mb = self.cfg.algorithm.micro_batch
+        scores: list[list[float]] = []
         for start in range(0, len(items), mb):
             chunk = items[start : start + mb]
             logp, _ = policy.token_logprobs(
-                _ref(role),
+                adapter,
                 [s.turn.prompt_ids for s in chunk],
                 [s.turn.completion_ids for s in chunk],
                 self.cfg.algorithm.temperature,
             )
-            for row, s in enumerate(chunk):
-                s.ref_logprobs = logp[row, : len(s.turn.completion_ids)].tolist()
+            scores += [logp[row, : len(s.turn.completion_ids)].tolist() for row, s in enumerate(chunk)]
+        return scores
+
+    def _recompute_old_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> float:
+        """Replace the generator's behaviour log-probs by the learner's; returns their mean absolute gap
+        per token (near 0 when the generator serves the role's current adapter)."""
+        gap = tokens = 0.0
+        for s, learner in zip(items, self._score(policy, role, items), strict=True):
+            gap += sum(abs(x - y) for x, y in zip(s.old_logprobs, learner, strict=True))
+            tokens += len(learner)
+            s.old_logprobs = learner
+        return gap / max(tokens, 1.0)
 
     # -- SFT ------------------------------------------------------------------------------------
     def sft_roles(self) -> dict[str, float]:
@@ -361,7 +385,9 @@ class Trainer:
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
+                update_start = time.perf_counter()
                 stats = self.update(episodes, phase.roles)
+                update_s = time.perf_counter() - update_start
                 st.step += 1
                 st.phase_iteration += 1
                 record: dict[str, Any] = {
@@ -373,6 +399,9 @@ class Trainer:
                     "perf/rl_tokens_total": st.rl_tokens,
                     "perf/generate_s": self.engine.stats.generate_s - gen0,
                     "perf/rollout_s": rollout_s,
+                    "perf/update_s": update_s,
+                    # prompt + completion tokens through the learner's forward and backward passes
+                    "perf/learner_tokens_per_s": stats["perf/learner_tokens"] / max(update_s, 1e-9),
                     "perf/iteration_s": time.perf_counter() - start,
                 }
                 if cfg.run.eval_every and st.step % cfg.run.eval_every == 0:
@@ -430,11 +459,11 @@ def _numeric(record: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}
 
 
-def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
+def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
     out = torch.zeros(len(rows), width)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row[:width])
-    return out
+    return out.to(device)
 
 
 def resume_config(run_dir: Path) -> Config:
