@@ -189,11 +189,67 @@ class TasksConfig(_Strict):
         return self
 
 
+class MAPoRLConfig(_Strict):
+    """MAPoRL's influence-aware verifier reward (see ``teamrl.rewards.credit.maporl_turn_credit``)."""
+
+    gamma: float = Field(
+        0.3, ge=0, le=1, description="discount of the team's later scores (0.3 in the authors' GSM8K config)"
+    )
+    alpha_follow: float = Field(
+        0.0,
+        allow_inf_nan=False,
+        description="alpha_0: +/- for switching to the answer the others held (right / wrong switch)",
+    )
+    alpha_independent: float = Field(
+        0.0,
+        allow_inf_nan=False,
+        description="alpha_1: +/- for switching away from the answer the others held",
+    )
+    beta_persuade: float = Field(
+        0.0,
+        allow_inf_nan=False,
+        description="beta_1: +/- when the others move to this turn's answer next (right / wrong)",
+    )
+    beta_oppose: float = Field(
+        0.0,
+        allow_inf_nan=False,
+        description="beta_0: +/- when the others move away from this turn's answer next (right / wrong)",
+    )
+
+
+class MARTIConfig(_Strict):
+    """MARTI's reward shaping (see ``teamrl.rewards.credit.marti_turn_credit``)."""
+
+    mode: Literal["quality", "margin"] = Field(
+        "quality", description="quality: r + a(Qr - (1-Q)(1-r)); margin: r + a(r - Q)"
+    )
+    alpha: float = Field(0.5, ge=0, description="weight a of the shaping term")
+    outcome_bonus: float = Field(0.0, ge=0, description="beta: + beta * R added to every turn")
+    history: Literal["team", "own"] = Field(
+        "team", description="Q averages the earlier turns of the whole team, or of the role itself"
+    )
+
+
 class RewardConfig(_Strict):
     alpha: float = Field(0.6, ge=0, le=1, description="r_i = alpha * R + (1 - alpha) * p_i")
     format_penalty: float = Field(
         0.5, ge=0, description="subtracted per malformed turn, averaged over the role's turns"
     )
+    credit: Literal["shared", "hybrid", "counterfactual", "maporl", "marti"] = Field(
+        "hybrid",
+        description="how the team outcome becomes per-role rewards: shared (R), hybrid (alpha mix), "
+        "counterfactual (R - R with the role replaced), maporl, marti; see the README",
+    )
+    counterfactual_baseline: Literal["reference", "empty"] = Field(
+        "reference",
+        description="who takes the role's seat in a counterfactual replay: its frozen SFT snapshot "
+        "(the KL reference) or an empty turn",
+    )
+    counterfactual_budget: int = Field(
+        64, ge=0, description="counterfactual replays per iteration at most; the rest keep hybrid rewards"
+    )
+    maporl: MAPoRLConfig = Field(default_factory=MAPoRLConfig)
+    marti: MARTIConfig = Field(default_factory=MARTIConfig)
 
 
 class AlgorithmConfig(_Strict):
@@ -312,6 +368,13 @@ class Config(_Strict):
                         f"recipe.iterations_per_role names {name!r}, which is not a trained role "
                         f"{self.trained_roles()}"
                     )
+        r = self.reward
+        if r.credit == "counterfactual" and r.counterfactual_budget < self.algorithm.group_size:
+            raise ValueError(
+                f"reward.counterfactual_budget={r.counterfactual_budget} is below algorithm.group_size="
+                f"{self.algorithm.group_size}, so no group could be replayed: raise it to at least "
+                f"{self.algorithm.group_size} (a whole group per role) or pick another reward.credit"
+            )
         for name in self.recipe.roles or []:
             if name not in self.workflow.order:
                 raise ValueError(f"recipe.roles names {name!r}, not in workflow.order {self.workflow.order}")

@@ -10,8 +10,11 @@ from teamrl.algorithms.grpo import (
     kl_k3,
 )
 from teamrl.algorithms.mgrpo import (
+    align_subagent_calls,
     broadcast_episode_advantages,
+    hierarchical_advantages,
     role_relative_advantages,
+    subagent_relative_advantages,
     team_relative_advantages,
 )
 
@@ -20,10 +23,13 @@ __all__ = [
     "SCALES",
     "GroupIds",
     "LossOutput",
+    "align_subagent_calls",
     "broadcast_episode_advantages",
     "group_relative_advantages",
     "grpo_loss",
+    "hierarchical_advantages",
     "kl_k3",
     "role_relative_advantages",
+    "subagent_relative_advantages",
     "team_relative_advantages",
 ]

@@ -4,6 +4,7 @@ rollout -> verify -> credit -> advantages -> update, with metrics, checkpoints a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -19,12 +20,14 @@ from teamrl.algorithms import grpo_loss, role_relative_advantages, team_relative
 from teamrl.atomic import atomic_directory, atomic_write_text, recover_directory
 from teamrl.config import Config, dump_config, load_config
 from teamrl.engine.engine import Engine
+from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode, Turn
 from teamrl.recipes import Phase, phases_for
 from teamrl.report.live import LiveTable
-from teamrl.rewards.credit import assign_hybrid_rewards, team_reward
+from teamrl.rewards.counterfactual import counterfactual_credit
+from teamrl.rewards.credit import apply_credit, assign_hybrid_rewards, team_reward
 from teamrl.tasks.programming import ProgrammingTask
 from teamrl.trainer.build import build_policies, build_sandbox, build_suite, build_team, demonstrations
 from teamrl.trainer.run_dir import JsonlLog, write_jsonl
@@ -134,7 +137,32 @@ class Trainer:
             self.team.share_turns()
         for ep in episodes:
             assign_hybrid_rewards(ep, wf.roles, self.cfg.reward.alpha, self.cfg.reward.format_penalty)
+            apply_credit(ep, self.cfg.reward, wf.roles)
         return episodes
+
+    def counterfactual(
+        self, tasks: list[ProgrammingTask], episodes: list[Episode], roles: tuple[str, ...]
+    ) -> dict[str, float]:
+        """With ``reward.credit: counterfactual``, replace the trained roles' rewards by R - R_cf
+        (``teamrl.rewards.counterfactual``); returns its metrics. A no-op for every other credit."""
+        r, wf = self.cfg.reward, self.cfg.workflow
+        if r.credit != "counterfactual":
+            return {}
+        by_id = {t.task_id: t for t in tasks}
+
+        async def replay(team: Team, episode: Episode) -> Episode:
+            return await pipeline(team, by_id[episode.task_id], wf, self.sandbox, group=episode.group)
+
+        def baseline(role: str) -> Seat | None:  # None: the role's replayed turns are empty
+            if r.counterfactual_baseline == "empty":
+                return None
+            ref = _ref(role) if wf.roles[role].adapter else None
+            return dataclasses.replace(self.team.seats[role], adapter=ref)
+
+        stats = counterfactual_credit(
+            episodes, roles, self.team, self.engine, replay, baseline, r.counterfactual_budget
+        )
+        return stats.metrics()
 
     def evaluate(self, label: str, save_episodes: bool = False) -> dict[str, Any]:
         tasks = self.suite.fixed_set("heldout", self.cfg.tasks.heldout_size)
@@ -382,6 +410,7 @@ class Trainer:
                     r for r in cfg.workflow.order if r not in phase.roles and cfg.algorithm.share_frozen_turns
                 )
                 episodes = self.rollout(tasks, cfg.algorithm.group_size, shared)
+                credit_stats = self.counterfactual(tasks, episodes, phase.roles)
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
@@ -395,6 +424,7 @@ class Trainer:
                     "phase": phase.name,
                     **summarize(episodes, prefix="rollout/"),
                     **stats,
+                    **credit_stats,
                     "perf/rollout_tokens_per_s": tokens / max(rollout_s, 1e-9),
                     "perf/rl_tokens_total": st.rl_tokens,
                     "perf/generate_s": self.engine.stats.generate_s - gen0,
