@@ -10,14 +10,15 @@ generic PettingZoo adaptor, and of teamrl MAPPO on the batched simple_spread (st
 see tests/test_marl_envs.py), all with one torch thread, one after the other in this process. Also reports
 throughput per CPU-second of the process, which is steadier when other jobs share the machine.
 
-``learning``: MAPPO over seeds at its budget (``--env-steps``, 2M) and at the budget of the SB3 comparison
+``learning``: MAPPO over seeds at its budget (``--env-steps``, 4M) and at the budget of the SB3 comparison
 (``--sb3-steps``, 720k), SB3 IPPO at that budget (read from the runs of ``marl_sb3_baseline.py train``,
 about 20 min per seed, or trained here with ``--retrain-sb3``), IPPO / QMIX / MADDPG on simple_spread,
-a random policy and the assignment heuristic.
+a random policy and the assignment heuristic. ``--jobs`` runs that many trainings at once (each
+uses one torch thread, in its own process).
 
     .venv/bin/python benchmarks/marl_benchmark.py speed [--env-steps 50000]
-    .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 2000000]
-        [--sb3-steps 720000] [--sb3-seeds 0 1 2] [--retrain-sb3]
+    .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 4000000]
+        [--sb3-steps 720000] [--sb3-seeds 0 1 2] [--retrain-sb3] [--jobs 2] [--only mappo ...]
 
 Results go to benchmarks/results/marl_speed.json and marl_learning.json (+ .png).
 """
@@ -25,6 +26,7 @@ Results go to benchmarks/results/marl_speed.json and marl_learning.json (+ .png)
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import statistics
 import sys
@@ -140,15 +142,19 @@ def cmd_learning(args: argparse.Namespace) -> None:
         ("qmix", "simple_spread", args.qmix_steps, args.other_seeds),
         ("maddpg", "simple_spread", args.maddpg_steps, args.other_seeds),
     ]
-    for name, env, steps, seeds in runs:
-        if args.only and name not in args.only:
-            continue
-        algo = name.split("_at_")[0]
+    jobs = [(name, env, steps, s) for name, env, steps, seeds in runs for s in seeds]
+    jobs = [j for j in jobs if not args.only or j[0] in args.only]
+    for name in {j[0] for j in jobs}:
         res[name] = []
-        for s in seeds:
-            res[name].append(train_teamrl(algo, env, steps, s))
-            r = res[name][-1]
-            print(f"{name} seed {s}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {
+            pool.submit(train_teamrl, name.split("_at_")[0], env, steps, s): name
+            for name, env, steps, s in jobs
+        }
+        for future in concurrent.futures.as_completed(futures):
+            name, r = futures[future], future.result()
+            res[name] = sorted([*res[name], r], key=lambda row: row["seed"])
+            print(f"{name} seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
             _write(path, res)
     res["sb3_ippo"] = _sb3_at(args.sb3_steps, args.sb3_seeds, args.retrain_sb3)
     print(f"\n{'':20}{'env steps':>10}{'return (mean +- std over seeds)':>34}")
@@ -224,7 +230,8 @@ def main() -> None:
     p.add_argument("--sb3-seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--sb3-steps", type=int, default=720_000, help="budget of the MAPPO vs SB3 comparison")
     p.add_argument("--retrain-sb3", action="store_true", help="train SB3 here instead of reading its runs")
-    p.add_argument("--env-steps", type=int, default=2_000_000)
+    p.add_argument("--env-steps", type=int, default=4_000_000)
+    p.add_argument("--jobs", type=int, default=1, help="trainings at once, one process each")
     p.add_argument("--qmix-steps", type=int, default=300_000)
     p.add_argument("--maddpg-steps", type=int, default=400_000)
     p.add_argument(

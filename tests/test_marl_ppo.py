@@ -191,6 +191,10 @@ def test_entity_actor_is_invariant_to_the_order_of_landmarks():
         assert (actor.dist(moved).logits - logits).abs().max() > 1e-3
     with pytest.raises(ValueError, match="entity_slots"):
         ppo.make_groups(CueGame(2, 0), "per_agent", agent_id=True, entity_actor=True)
+    # mpe2's own simple_spread, through the generic adaptor, declares the same slots
+    from teamrl.marl.envs import make_vec_env
+
+    assert make_vec_env("mpe2:simple_spread_v3", 2, seed=0).entity_slots == env.entity_slots
 
 
 def test_entity_actor_trains_and_reloads(tmp_path):

@@ -54,7 +54,10 @@ def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: An
         return SCENARIOS[name](num_envs=num_envs, seed=seed, **kwargs)
     if name.startswith("mpe2:") and name[len("mpe2:") :] in _mpe2_modules():
         module = importlib.import_module(f"mpe2.{name[len('mpe2:') :]}")
-        return PettingZooVecEnv(lambda: module.parallel_env(**kwargs), num_envs, seed=seed)
+        env = PettingZooVecEnv(lambda: module.parallel_env(**kwargs), num_envs, seed=seed)
+        if name == "mpe2:simple_spread_v3":  # observations laid out as SimpleSpread's: landmarks at 4..
+            env.entity_slots = {a: (4, len(env.agents), 2) for a in env.agents}
+        return env
     if name in TURN_BASED_GAMES:
         module = importlib.import_module(TURN_BASED_GAMES[name])
         return TurnBasedVecEnv(lambda: module.env(**kwargs), num_envs, seed=seed)
