@@ -24,11 +24,18 @@ from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode, Turn
 from teamrl.recipes import Phase, phases_for
 from teamrl.report.live import LiveTable
-from teamrl.rewards.credit import assign_hybrid_rewards, team_reward
-from teamrl.tasks.programming import ProgrammingTask
-from teamrl.trainer.build import build_policies, build_sandbox, build_suite, build_team, demonstrations
+from teamrl.rewards.credit import team_reward
+from teamrl.trainer.build import (
+    Task,
+    assign_rewards,
+    build_policies,
+    build_sandbox,
+    build_suite,
+    build_team,
+    demonstrations,
+    play_episode,
+)
 from teamrl.trainer.run_dir import JsonlLog, write_jsonl
-from teamrl.workflows.pipeline import pipeline
 
 log = logging.getLogger("teamrl")
 
@@ -114,16 +121,15 @@ class Trainer:
 
     # -- rollout --------------------------------------------------------------------------------
     def rollout(
-        self, tasks: list[ProgrammingTask], group_size: int, share: frozenset[str] = frozenset()
+        self, tasks: list[Task], group_size: int, share: frozenset[str] = frozenset()
     ) -> list[Episode]:
         """Play ``group_size`` episodes of every task concurrently, verify them and assign credit.
 
         ``share``: roles whose turn is sampled once per distinct prompt and reused by the whole group
         (the frozen roles of a training phase; see ``Team.share_turns``)."""
-        wf = self.cfg.workflow
 
-        def factory(task: ProgrammingTask, g: int):
-            return lambda: pipeline(self.team, task, wf, self.sandbox, group=g)
+        def factory(task: Task, g: int):
+            return lambda: play_episode(self.cfg, self.team, task, self.sandbox, group=g)
 
         self.team.share_turns(share)
         try:
@@ -131,7 +137,7 @@ class Trainer:
         finally:
             self.team.share_turns()
         for ep in episodes:
-            assign_hybrid_rewards(ep, wf.roles, self.cfg.reward.alpha, self.cfg.reward.format_penalty)
+            assign_rewards(self.cfg, ep)
         return episodes
 
     def evaluate(self, label: str, save_episodes: bool = False) -> dict[str, Any]:
