@@ -40,9 +40,15 @@ TINY = [
 ]
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One embedded base for the module's runs (built by the first)."""
+    return f"policies.default.embedded.cache_dir={tmp_path_factory.mktemp('cache')}"
+
+
 @pytest.fixture
-def tiny_cfg(tmp_path):
-    return load_config(overrides=TINY + [f"policies.default.embedded.cache_dir={tmp_path / 'cache'}"])
+def tiny_cfg(cache):
+    return load_config(overrides=[*TINY, cache])
 
 
 # -- config ---------------------------------------------------------------------------------------
@@ -143,10 +149,8 @@ def test_the_expert_debater_errs_sometimes_and_the_judge_finds_the_right_answer(
 
 
 # -- training -------------------------------------------------------------------------------------
-def test_a_tiny_debate_run_trains_only_the_phase_role_and_evaluates(tiny_cfg, tmp_path, monkeypatch, capsys):
-    run = tmp_path / "run"
-    trainer = Trainer(tiny_cfg, run)
-    assert trainer.sandbox is None  # a debate checks answers in-process
+def _record_updates(trainer: Trainer, monkeypatch) -> list[tuple[tuple[str, ...], set[str], set[str]]]:
+    """(roles updated, roles skipped for zero advantages, parameters that changed) of every update."""
     seen = []
     original_update = trainer.update
 
@@ -159,6 +163,14 @@ def test_a_tiny_debate_run_trains_only_the_phase_role_and_evaluates(tiny_cfg, tm
         return stats
 
     monkeypatch.setattr(trainer, "update", spy)
+    return seen
+
+
+def test_a_tiny_debate_run_trains_only_the_phase_role_and_evaluates(tiny_cfg, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    trainer = Trainer(tiny_cfg, run)
+    assert trainer.sandbox is None  # a debate checks answers in-process
+    seen = _record_updates(trainer, monkeypatch)
     summary = trainer.fit()
     assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_rl"]
     assert [roles for roles, _, _ in seen] == [("debater_0",), ("judge",)]  # debater_1 is frozen
@@ -176,6 +188,17 @@ def test_a_tiny_debate_run_trains_only_the_phase_role_and_evaluates(tiny_cfg, tm
     assert "accuracy" in out and "r:judge" in out and "pass fraction" not in out
     rows = (run / "episodes" / "eval_eval.jsonl").read_text().splitlines()
     assert len(rows) == 2 * tiny_cfg.run.eval_samples
+
+
+def test_a_joint_mgrpo_debate_run_updates_every_trainable_seat(cache, tmp_path, monkeypatch):
+    cfg = load_config(
+        overrides=[*TINY, cache, "recipe.name=joint", "recipe.iterations=1", "algorithm.name=mgrpo"]
+    )
+    trainer = Trainer(cfg, tmp_path / "run")
+    seen = _record_updates(trainer, monkeypatch)
+    trainer.fit()
+    [(roles, skipped, changed)] = seen
+    assert roles == ("debater_0", "judge") and changed == set(roles) - skipped
 
 
 def test_an_update_moves_exactly_the_trained_debaters(tiny_cfg, tmp_path):
