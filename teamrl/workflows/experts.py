@@ -61,8 +61,11 @@ def debate_experts(rng: random.Random, error_rate: float = 0.2) -> dict[str, Scr
         task: ReasoningTask = call.context["task"]
         rate = error_rate if call.round == 0 else error_rate / 2
         steps, answer = worked_solution(task, rng if rng.random() < rate else None)
-        content = " ".join(f"{step}." for step in steps) + f" ANSWER: {answer}"
-        return render_message(Message(role=call.role, kind="answer", content=content.strip()))
+        # "Steps:" first, so that every number in the working follows a space, as in the question: the
+        # tokenizer makes " 12" and "12" different tokens, and copying a number is then one token's work
+        working = "".join(f" {step}." for step in steps)
+        content = f"Steps:{working} ANSWER: {answer}" if steps else f"ANSWER: {answer}"
+        return render_message(Message(role=call.role, kind="answer", content=content))
 
     def judge(call: RoleCall) -> str:
         task: ReasoningTask = call.context["task"]
