@@ -425,7 +425,7 @@ def _format_errors(err: ValidationError) -> str:
     for e in err.errors():
         key, _ = _walk(e["loc"])
         if e["type"] == "extra_forbidden":
-            parent, model = _walk(e["loc"][:-1])
+            _, model = _walk(e["loc"][:-1])
             bad = str(e["loc"][-1])
             valid = sorted(model.model_fields) if model else []
             close = difflib.get_close_matches(bad, valid, n=1)

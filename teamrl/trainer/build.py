@@ -79,8 +79,8 @@ def assign_rewards(cfg: Config, episode: Episode) -> None:
 def expert_seats(cfg: Config, rng: random.Random) -> dict[str, Seat]:
     """Every role of the workflow played by its scripted expert (teamrl/workflows/experts.py)."""
     if isinstance(cfg.workflow, DebateConfig):
-        debaters = debate_experts(rng)
-        return {r: Seat(script=debaters["judge" if r == JUDGE else "debater"]) for r in cfg.workflow.order}
+        experts = debate_experts(rng)
+        return {r: Seat(script=experts["judge" if r == JUDGE else "debater"]) for r in cfg.workflow.order}
     experts = pipeline_experts(rng)
     roles = cfg.workflow.roles
     return {r: Seat(script=experts[roles[r].kind]) for r in cfg.workflow.order}
