@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from teamrl.config import Config, ConfigError, load_config
+from teamrl.config import Config, ConfigError, DebateConfig, load_config
 
 
 def _run_dir(cfg: Config) -> Path:
@@ -19,20 +19,28 @@ def _run_dir(cfg: Config) -> Path:
     return Path(cfg.run.out_dir) / name
 
 
-def _result_table(summary: dict[str, Any], roles: list[str]) -> None:
+def _headline(cfg: Config) -> list[tuple[str, str]]:
+    """The held-out table's leading (column, metric) pairs: a debate's outcome is its accuracy."""
+    if isinstance(cfg.workflow, DebateConfig):
+        return [("accuracy", "eval/solved")]
+    return [("success", "eval/solved"), ("pass fraction", "eval/outcome")]
+
+
+def _result_table(summary: dict[str, Any], cfg: Config) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    headline, roles = _headline(cfg), cfg.workflow.order
     table = Table(title="held-out evaluation")
     table.add_column("checkpoint")
-    table.add_column("success", justify="right")
-    table.add_column("pass fraction", justify="right")
+    for column, _ in headline:
+        table.add_column(column, justify="right")
     for role in roles:
         table.add_column(f"r:{role}", justify="right")
     for ev in summary["evals"]:
         if ev["label"] not in ("after_sft", "after_rl", "eval"):
             continue
-        cells = [ev["label"], f"{ev['eval/solved']:.3f}", f"{ev['eval/outcome']:.3f}"]
+        cells = [ev["label"], *(f"{ev[key]:.3f}" for _, key in headline)]
         cells += [f"{ev.get(f'eval/reward/{r}', float('nan')):.3f}" for r in roles]
         table.add_row(*cells)
     console = Console()
@@ -65,7 +73,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; continue with: teamrl train --resume {run_dir}", file=sys.stderr)
         return 130
-    _result_table(summary, cfg.workflow.order)
+    _result_table(summary, cfg)
     _write_run_report(run_dir)
     return 0
 
@@ -91,7 +99,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg.tasks.heldout_size = args.n
     trainer = Trainer(cfg, run_dir, resume=True)
     result = trainer.evaluate("eval", save_episodes=True)
-    _result_table({"run_dir": str(run_dir), "evals": [result]}, cfg.workflow.order)
+    _result_table({"run_dir": str(run_dir), "evals": [result]}, cfg)
     return 0
 
 

@@ -6,15 +6,26 @@ whose message names the key, what is wrong and how to fix it.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from teamrl.protocol import MessageKind
+from teamrl.tasks.reasoning import FAMILIES, TaskFileError, load_jsonl_tasks, split_task_file
+from teamrl.tasks.suite_args import choices
 
 
 class ConfigError(ValueError):
@@ -25,13 +36,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class RoleConfig(_Strict):
-    kind: MessageKind = Field(description="the message kind this role produces: plan, code, review or tests")
-    sop: str = Field(description="the role's standard operating procedure, shown at the top of its prompt")
+class SeatConfig(_Strict):
+    """Who speaks for a role, and whether RL may change it."""
+
     policy: str = Field("default", description="name of the entry in `policies` that speaks for this role")
     adapter: bool = Field(True, description="give the role its own LoRA adapter (False: the bare base model)")
     trainable: bool = Field(True, description="may RL update this role (needs adapter: true)")
     max_new_tokens: int = Field(64, ge=1, le=4096)
+
+
+class RoleConfig(SeatConfig):
+    """A pipeline role: its seat, the message kind it produces and its SOP."""
+
+    kind: MessageKind = Field(description="the message kind this role produces: plan, code, review or tests")
+    sop: str = Field(description="the role's standard operating procedure, shown at the top of its prompt")
 
 
 def _default_roles() -> dict[str, RoleConfig]:
@@ -44,10 +62,69 @@ def _default_roles() -> dict[str, RoleConfig]:
 
 
 class WorkflowConfig(_Strict):
+    """Workflow ``pipeline``: the roles of ``order`` speak in turn (see teamrl/workflows/pipeline.py)."""
+
     name: Literal["pipeline"] = "pipeline"
     order: list[str] = Field(default_factory=lambda: ["planner", "coder", "reviewer", "tester"])
     roles: dict[str, RoleConfig] = Field(default_factory=_default_roles)
     max_review_rounds: int = Field(1, ge=0, le=8, description="reviewer -> coder revision rounds at most")
+
+
+JUDGE = "judge"
+
+
+class DebateConfig(_Strict):
+    """Workflow ``debate``: who debates, for how long, what each sees, and how the verdict is reached
+    (see teamrl/workflows/debate.py). Its roles are debater_0 .. debater_{N-1}, plus ``judge`` when
+    the judge gives the verdict."""
+
+    name: Literal["debate"] = "debate"
+    debaters: int = Field(3, ge=1, le=16, description="number of debaters, roles debater_0 .. debater_{N-1}")
+    rounds: int = Field(1, ge=0, le=8, description="revision rounds after round 0's independent answers")
+    visible_others: int | None = Field(
+        None, ge=0, description="how many peers' latest arguments a debater sees per round; None: all"
+    )
+    shuffle: bool = Field(
+        False, description="show peers in a seeded random order (else ring order i+1, i+2..)"
+    )
+    seed: int = Field(0, description="seed of the shuffle; with the task id and group it fixes every view")
+    aggregation: Literal["judge", "majority"] = Field(
+        "majority", description="verdict: the judge role's answer, or the final round's majority answer"
+    )
+    judge_sees: Literal["answers", "arguments"] = Field(
+        "answers", description="the judge sees the final answers only, or the full last-round arguments"
+    )
+    debater_sop: str = Field("Solve it step by step. End with ANSWER: <number>.")
+    judge_sop: str = Field("Decide the correct answer. Reply ANSWER: <number>.")
+    roles: dict[str, SeatConfig] = Field(
+        default_factory=dict,
+        description="seat of each role (policy, adapter, trainable, max_new_tokens); roles left out get "
+        "the defaults",
+    )
+
+    @model_validator(mode="after")
+    def _roles(self) -> DebateConfig:
+        if self.visible_others is not None and self.visible_others > self.debaters - 1:
+            raise ValueError(
+                f"visible_others={self.visible_others} exceeds the {self.debaters - 1} other debaters; "
+                "lower it or use None (all)"
+            )
+        for name in self.roles:
+            if name not in self.order:
+                fix = "set aggregation: judge to have one" if name == JUDGE else "raise debaters or remove it"
+                raise ValueError(f"roles.{name} is not a role of this debate {self.order}; {fix}")
+        for name in self.order:  # in place: assigning would validate this model again
+            self.roles.setdefault(name, SeatConfig())
+        return self
+
+    @property
+    def debater_roles(self) -> list[str]:
+        return [f"debater_{i}" for i in range(self.debaters)]
+
+    @property
+    def order(self) -> list[str]:
+        """Every role, in speaking order."""
+        return self.debater_roles + [JUDGE] * (self.aggregation == "judge")
 
 
 class LoraConfig(_Strict):
@@ -172,15 +249,14 @@ class PolicyConfig(_Strict):
         return self
 
 
-class TasksConfig(_Strict):
-    suite: Literal["programming"] = "programming"
+class _SuiteConfig(_Strict):
+    suite: str
     difficulty: tuple[int, int] = (1, 2)
-    kinds: list[Literal["write", "fix"]] = Field(default_factory=lambda: ["write", "fix"])
     seed: int = 0
     heldout_size: int = Field(96, ge=1, description="held-out tasks in every evaluation")
 
     @model_validator(mode="after")
-    def _ordered(self) -> TasksConfig:
+    def _ordered(self) -> _SuiteConfig:
         lo, hi = self.difficulty
         if not 1 <= lo <= hi <= 3:
             raise ValueError(
@@ -228,6 +304,51 @@ class MARTIConfig(_Strict):
     history: Literal["team", "own"] = Field(
         "team", description="Q averages the earlier turns of the whole team, or of the role itself"
     )
+
+
+class TasksConfig(_SuiteConfig):
+    """The built-in programming tasks (workflow pipeline)."""
+
+    suite: Literal["programming"] = "programming"
+    kinds: list[Literal["write", "fix"]] = Field(default_factory=lambda: ["write", "fix"])
+
+
+class ReasoningTasksConfig(_SuiteConfig):
+    """Reasoning questions (workflow debate): generated problems, or your own JSONL file."""
+
+    suite: Literal["reasoning"] = "reasoning"
+    families: list[str] = Field(
+        default_factory=lambda: list(FAMILIES), description=f"generated problem families, from {FAMILIES}"
+    )
+    heldout_fraction: float = Field(
+        0.2, gt=0, lt=1, description="share of the problems (or of the file's tasks) kept for held-out"
+    )
+    path: str | None = Field(
+        None,
+        description="your own tasks instead of generated ones: a JSONL file, one "
+        '{"question": ..., "answer": ...} a line (see teamrl.tasks.reasoning.load_jsonl_tasks); '
+        "difficulty and families then do not apply",
+    )
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, families: list[str]) -> list[str]:
+        return list(choices("families", families, FAMILIES))
+
+    @field_validator("path")
+    @classmethod
+    def _usable_file(cls, path: str | None, info: ValidationInfo) -> str | None:
+        if path is not None and "heldout_fraction" in info.data:
+            try:
+                split_task_file(load_jsonl_tasks(Path(path).expanduser()), info.data["heldout_fraction"])
+            except TaskFileError as exc:
+                raise ValueError(str(exc)) from None
+        return path
+
+
+# The task suite each workflow plays, and the config section of each suite.
+WORKFLOW_SUITES = {"pipeline": "programming", "debate": "reasoning"}
+_SUITES: dict[str, type[_SuiteConfig]] = {"programming": TasksConfig, "reasoning": ReasoningTasksConfig}
 
 
 class RewardConfig(_Strict):
@@ -322,8 +443,12 @@ class RunConfig(_Strict):
 
 class Config(_Strict):
     run: RunConfig = Field(default_factory=RunConfig)
-    tasks: TasksConfig = Field(default_factory=TasksConfig)
-    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
+    tasks: Annotated[TasksConfig | ReasoningTasksConfig, Field(discriminator="suite")] = Field(
+        default_factory=TasksConfig
+    )
+    workflow: Annotated[WorkflowConfig | DebateConfig, Field(discriminator="name")] = Field(
+        default_factory=WorkflowConfig
+    )
     policies: dict[str, PolicyConfig] = Field(default_factory=lambda: {"default": PolicyConfig()})
     reward: RewardConfig = Field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -332,18 +457,15 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
+        suite = WORKFLOW_SUITES[self.workflow.name]
+        if self.tasks.suite != suite:
+            raise ValueError(
+                f"tasks.suite is {self.tasks.suite!r}, but workflow {self.workflow.name!r} plays {suite!r} "
+                f"tasks; set tasks.suite: {suite}"
+            )
+        if isinstance(self.workflow, WorkflowConfig):
+            _check_pipeline(self.workflow)
         roles = self.workflow.roles
-        for name in self.workflow.order:
-            if name not in roles:
-                raise ValueError(
-                    f"workflow.order names {name!r}, which is not in workflow.roles {sorted(roles)}"
-                )
-        kinds = [roles[r].kind for r in self.workflow.order]
-        if "code" not in kinds:
-            raise ValueError("workflow.order needs a role of kind 'code' (the pipeline verifies code)")
-        for stage in ("review", "tests"):
-            if stage in kinds and kinds.index(stage) < kinds.index("code"):
-                raise ValueError(f"a '{stage}' role must come after the first 'code' role in workflow.order")
         for name, role in roles.items():
             if role.policy not in self.policies:
                 known = sorted(self.policies)
@@ -388,43 +510,75 @@ class Config(_Strict):
         return [r for r in self.workflow.order if self.workflow.roles[r].trainable]
 
 
+def _check_pipeline(workflow: WorkflowConfig) -> None:
+    roles = workflow.roles
+    for name in workflow.order:
+        if name not in roles:
+            raise ValueError(f"workflow.order names {name!r}, which is not in workflow.roles {sorted(roles)}")
+    kinds = [roles[r].kind for r in workflow.order]
+    if "code" not in kinds:
+        raise ValueError("workflow.order needs a role of kind 'code' (the pipeline verifies code)")
+    for stage in ("review", "tests"):
+        if stage in kinds and kinds.index(stage) < kinds.index("code"):
+            raise ValueError(f"a '{stage}' role must come after the first 'code' role in workflow.order")
+
+
 def _format_errors(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        key, _ = _walk(e["loc"])
         if e["type"] == "extra_forbidden":
-            parent_loc, bad = e["loc"][:-1], str(e["loc"][-1])
-            model = _model_at(parent_loc)
+            _, model = _walk(e["loc"][:-1])
+            bad = str(e["loc"][-1])
             valid = sorted(model.model_fields) if model else []
             close = difflib.get_close_matches(bad, valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             lines.append(f"  {key}: unknown key{hint} valid keys here: {', '.join(valid)}")
+        elif e["type"] == "union_tag_invalid":
+            ctx = e.get("ctx", {})
+            field = ctx.get("discriminator", "").strip("'")
+            lines.append(
+                f"  {key}.{field}: {ctx.get('tag')!r} is unknown; use one of {ctx.get('expected_tags')}"
+            )
         else:
             got = e.get("input")
             got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
             msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"  {key}: {msg}{got_txt}")
+            lines.append(f"  {key or '(top level)'}: {msg}{got_txt}")
     return "invalid config:\n" + "\n".join(lines)
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model that validated the mapping at ``loc`` (to list its valid keys)."""
-    model: type[BaseModel] = Config
+def _walk(loc: tuple[Any, ...]) -> tuple[str, type[BaseModel] | None]:
+    """The key at ``loc`` as a YAML file writes it, and the pydantic model that validated the mapping
+    there (to list its valid keys; None below a plain value).
+
+    A section with several kinds (``workflow``: pipeline or debate) is followed in ``loc`` by the kind's
+    tag, which a YAML file does not write: it is left out of the key."""
+    model: type[BaseModel] | None = Config
+    shown: list[str] = []
+    kinds: dict[str, type[BaseModel]] = {}  # right after a section with several kinds: its models by tag
     skip_name = False  # after a dict-valued field the next part is a user-chosen name
     for part in loc:
+        if kinds:
+            model, kinds = kinds.get(str(part)), {}
+            continue
+        shown.append(str(part))
         if skip_name or isinstance(part, int):
             skip_name = False
             continue
-        field = model.model_fields.get(str(part))
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = None
         if field is None:
-            return None
+            continue
         ann = field.annotation
-        if getattr(ann, "__origin__", None) is dict:
-            ann, skip_name = ann.__args__[1], True
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            return None
-        model = ann
-    return model
+        if get_origin(ann) is dict:
+            ann, skip_name = get_args(ann)[1], True
+        if field.discriminator is not None:
+            tag = str(field.discriminator)
+            kinds = {m.model_fields[tag].default: m for m in get_args(ann)}
+        elif isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+    return ".".join(shown), model
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
@@ -464,6 +618,25 @@ def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """The defaults a config starts from: those of the workflow it names and of that workflow's task
+    suite (or of the suite it names)."""
+    out = Config().model_dump(mode="json")  # the pipeline on programming tasks
+    workflow = _section(data, "workflow").get("name", "pipeline")
+    if workflow == "debate":
+        # a debate's roles depend on its size: validation fills in the ones the config leaves out
+        out["workflow"] = DebateConfig().model_dump(mode="json", exclude={"roles"})
+    suite = _section(data, "tasks").get("suite", WORKFLOW_SUITES.get(workflow))
+    if suite in _SUITES:
+        out["tasks"] = _SUITES[suite]().model_dump(mode="json")
+    return out
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    section = data.get(name)
+    return section if isinstance(section, dict) else {}
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read YAML (or start from defaults), apply overrides, validate. Raises ConfigError."""
     data: dict[str, Any] = {}
@@ -482,7 +655,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = loaded or {}
     # Start from the defaults so that a YAML file or --set changes one field of a role or policy
     # without having to restate the rest of it.
-    data = apply_overrides(_deep_merge(Config().model_dump(mode="json"), data), overrides or [])
+    defaults = _defaults(apply_overrides(copy.deepcopy(data), overrides or []))
+    data = apply_overrides(_deep_merge(defaults, data), overrides or [])
     try:
         return Config.model_validate(data)
     except ValidationError as err:

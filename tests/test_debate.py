@@ -259,15 +259,15 @@ def test_config_is_checked() -> None:
         DebateConfig(aggregation="vote")
     with pytest.raises(ValidationError, match="extra"):
         DebateConfig(judges=2)
-    assert DebateConfig(debaters=2, aggregation="judge").roles == ["debater_0", "debater_1", "judge"]
-    assert DebateConfig(debaters=2).roles == ["debater_0", "debater_1"]
+    assert DebateConfig(debaters=2, aggregation="judge").order == ["debater_0", "debater_1", "judge"]
+    assert DebateConfig(debaters=2).order == ["debater_0", "debater_1"]
 
 
 def test_on_the_engine_each_round_of_all_episodes_is_one_batch() -> None:
     policy = ScriptedPolicy(lambda req: "<answer>ANSWER: 14</answer>")
     engine = Engine({"p": policy})
     cfg = DebateConfig(debaters=3, rounds=1, aggregation="judge")
-    team = Team({role: Seat(policy="p") for role in cfg.roles}, engine)
+    team = Team({role: Seat(policy="p") for role in cfg.order}, engine)
     episodes = engine.run([lambda g=g: debate(team, TASK, cfg, group=g) for g in range(4)])
     assert policy.batch_sizes == [12, 12, 4]  # round 0, round 1, the judges
     assert [e.group for e in episodes] == [0, 1, 2, 3]

@@ -15,6 +15,7 @@ from teamrl.tasks.reasoning import (
     ReasoningTask,
     ReasoningTaskSuite,
     TaskFileError,
+    TaskFileSuite,
     answer_number,
     build_task,
     extract_answer,
@@ -216,3 +217,23 @@ def test_jsonl_loader_file_errors(tmp_path) -> None:
     binary.write_bytes(b'{"question": "\xff", "answer": 1}\n')
     with pytest.raises(TaskFileError, match="not UTF-8"):
         load_jsonl_tasks(binary)
+
+
+def test_a_task_file_splits_by_id_and_samples_like_the_generated_suite(tmp_path) -> None:
+    path = _write(tmp_path, [json.dumps({"question": f"{i} + 1?", "answer": i + 1}) for i in range(50)])
+    suite = TaskFileSuite(path, seed=3, heldout_fraction=0.2)
+    train, heldout = suite.splits["train"], suite.splits["heldout"]
+    assert len(train) + len(heldout) == 50 and 3 <= len(heldout) <= 20
+    assert not {t.task_id for t in train} & {t.task_id for t in heldout}
+    assert TaskFileSuite(path, seed=3, heldout_fraction=0.2).splits == suite.splits  # by id, no randomness
+    drawn = suite.sample("train", 10, random.Random(0))
+    assert len({t.task_id for t in drawn}) == 10 and all(t in train for t in drawn)
+    assert len(suite.sample("train", 100, random.Random(0))) == 100  # drawn again once the split runs out
+    assert suite.fixed_set("heldout", 1000) == suite.fixed_set("heldout", 1000)
+    assert sorted(t.task_id for t in suite.fixed_set("heldout", 1000)) == sorted(t.task_id for t in heldout)
+
+
+def test_a_task_file_too_small_for_both_splits_is_an_error(tmp_path) -> None:
+    path = _write(tmp_path, [json.dumps({"question": "1 + 1?", "answer": 2})])
+    with pytest.raises(TaskFileError, match="split empty at heldout_fraction=0.2; add tasks"):
+        TaskFileSuite(path)

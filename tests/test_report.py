@@ -374,6 +374,8 @@ def test_live_table_rows():
     assert len({len(line) for line in first}) == 1  # fixed width: the columns line up
     skipped = {"step": 8, "phase": "round1/coder", "train/coder/skipped": 1.0}
     assert "skip" in table.row(skipped)
+    debate = LiveTable(["debater_0", "debater_12", "judge"]).header().split()
+    assert debate[4:7] == ["r:deb_0", "r:de_12", "r:judge"]  # numbered roles keep their number
 
 
 def _get(url: str) -> tuple[int, bytes]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 
@@ -27,6 +28,13 @@ def _cell(value: Any, width: int, digits: int = 3) -> str:
     return text[:width].rjust(width)
 
 
+def _role_label(role: str) -> str:
+    """The role's column, 7 characters wide; a numbered role keeps its number ("r:deb_0")."""
+    number = re.search(r"_\d+$", role)
+    tail = number.group() if number else ""
+    return "r:" + role if len(role) <= 5 else "r:" + role[: 5 - len(tail)] + tail
+
+
 class LiveTable:
     """Rows of the latest metrics: step, phase, team success and outcome, each role's reward, the
     trained roles' KL and policy loss, throughput, seconds per iteration and held-out success."""
@@ -38,7 +46,7 @@ class LiveTable:
 
     def header(self) -> str:
         cells = ["step".rjust(5), "phase".ljust(16), "solved".rjust(6), "R".rjust(6)]
-        cells += [("r:" + r)[:7].rjust(7) for r in self.roles]
+        cells += [_role_label(r).rjust(7) for r in self.roles]
         cells += ["kl".rjust(7), "loss".rjust(8), "tok/s".rjust(6), "s/it".rjust(5), "eval".rjust(6)]
         return " ".join(cells)
 

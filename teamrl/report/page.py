@@ -479,7 +479,8 @@ def _sandbox(verifier: dict[str, Any]) -> str:
     rows = [[escape(str(k)), _value(v)] for k, v in verifier.items() if k not in handled]
     if rows:
         parts.insert(0, _table(["check", "result"], rows, cls="left"))
-    return '<div class="sandbox"><b>Sandbox results</b>' + "".join(parts) + "</div>"
+    title = "Sandbox results" if "code_pass" in verifier else "Verifier results"  # a debate runs no code
+    return f'<div class="sandbox"><b>{title}</b>' + "".join(parts) + "</div>"
 
 
 def _mark(v: Any) -> str:

@@ -516,3 +516,45 @@ def load_jsonl_tasks(path: str | Path) -> list[ReasoningTask]:
     if not tasks:
         raise TaskFileError(f"{path}: no tasks in the file; write one JSON object a line")
     return tasks
+
+
+def split_task_file(tasks: list[ReasoningTask], heldout_fraction: float) -> dict[str, list[ReasoningTask]]:
+    """A file's tasks by split, in file order: a stable hash of each id puts it in train or held-out.
+
+    Raises :class:`TaskFileError` when a split is left empty (too few tasks for ``heldout_fraction``)."""
+    check_heldout_fraction(heldout_fraction)
+    splits: dict[str, list[ReasoningTask]] = {split: [] for split in SPLITS}
+    for task in tasks:
+        position = int(_digest("file-split", task.task_id)[:12], 16) / 16**12
+        splits["heldout" if position < heldout_fraction else "train"].append(task)
+    for split, chosen in splits.items():
+        if not chosen:
+            raise TaskFileError(
+                f"the {len(tasks)} tasks leave the {split} split empty at "
+                f"heldout_fraction={heldout_fraction}; add tasks or change heldout_fraction"
+            )
+    return splits
+
+
+class TaskFileSuite:
+    """Your own tasks (:func:`load_jsonl_tasks`), sampled like :class:`ReasoningTaskSuite`'s."""
+
+    def __init__(self, path: str | Path, seed: int = 0, heldout_fraction: float = 0.2) -> None:
+        self.seed = seed
+        self.splits = split_task_file(load_jsonl_tasks(path), heldout_fraction)
+
+    def sample(self, split: str, n: int, rng: random.Random) -> list[ReasoningTask]:
+        """``n`` tasks of ``split``, distinct until the split runs out, then drawn again."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r} is unknown; use one of {SPLITS}")
+        pool = self.splits[split]
+        tasks: list[ReasoningTask] = []
+        while len(tasks) < n:
+            tasks += rng.sample(pool, min(n - len(tasks), len(pool)))
+        return tasks
+
+    def fixed_set(self, split: str, n: int) -> list[ReasoningTask]:
+        """A deterministic set of at most the split's size: the same file, seed and ``n`` give the same
+        tasks in order."""
+        n = min(n, len(self.splits[split]))
+        return self.sample(split, n, random.Random(f"teamrl-task-file-{self.seed}-{split}"))

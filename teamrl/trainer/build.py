@@ -9,9 +9,11 @@ import json
 import logging
 import os
 import random
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
-from teamrl.config import Config, ConfigError, PolicyConfig
+from teamrl.config import JUDGE, Config, ConfigError, DebateConfig, PolicyConfig, ReasoningTasksConfig
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy, LoraSettings, resolve_checkpoint, resolve_device, resolve_dtype
@@ -19,24 +21,72 @@ from teamrl.policies.openai_compat import OpenAICompatPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.policies.tiny import BUILD_MARKER, TinyModelConfig, build_embedded_default
 from teamrl.policies.vllm_generation import VLLM_MISSING, VLLMGenerator, VLLMSettings
-from teamrl.tasks.programming import ProgrammingTaskSuite
+from teamrl.protocol import Episode
+from teamrl.rewards.credit import apply_credit, assign_hybrid_rewards
+from teamrl.tasks.programming import ProgrammingTask, ProgrammingTaskSuite
+from teamrl.tasks.reasoning import ReasoningTask, ReasoningTaskSuite, TaskFileSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
-from teamrl.workflows.experts import pipeline_experts
+from teamrl.workflows.debate import assign_debate_rewards, debate
+from teamrl.workflows.experts import debate_experts, pipeline_experts
 from teamrl.workflows.pipeline import pipeline
 
 log = logging.getLogger("teamrl")
 
-
-def build_suite(cfg: Config) -> ProgrammingTaskSuite:
-    return ProgrammingTaskSuite(
-        seed=cfg.tasks.seed, difficulty=tuple(cfg.tasks.difficulty), kinds=tuple(cfg.tasks.kinds)
-    )
+Task = ProgrammingTask | ReasoningTask
+Suite = ProgrammingTaskSuite | ReasoningTaskSuite | TaskFileSuite
 
 
-def build_sandbox(cfg: Config) -> Sandbox:
+# -- what the workflow decides: its tasks, its sandbox, how an episode is played and credited --------
+def build_suite(cfg: Config) -> Suite:
+    t = cfg.tasks
+    if isinstance(t, ReasoningTasksConfig):
+        if t.path is not None:
+            return TaskFileSuite(Path(t.path).expanduser(), seed=t.seed, heldout_fraction=t.heldout_fraction)
+        return ReasoningTaskSuite(
+            seed=t.seed,
+            difficulty=tuple(t.difficulty),
+            families=tuple(t.families),
+            heldout_fraction=t.heldout_fraction,
+        )
+    return ProgrammingTaskSuite(seed=t.seed, difficulty=tuple(t.difficulty), kinds=tuple(t.kinds))
+
+
+def build_sandbox(cfg: Config) -> Sandbox | None:
+    """The sandbox the pipeline runs code in; None for a debate, which checks answers in-process."""
+    if isinstance(cfg.workflow, DebateConfig):
+        return None
     s = cfg.sandbox
     limits = SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
     return Sandbox(limits, isolation=s.isolation)
+
+
+def play_episode(
+    cfg: Config, team: Team, task: Task, sandbox: Sandbox | None, group: int = 0
+) -> Coroutine[Any, Any, Episode]:
+    """One verified episode of the config's workflow (a pipeline without a sandbox stays unverified)."""
+    if isinstance(cfg.workflow, DebateConfig):
+        return debate(team, task, cfg.workflow, group=group)  # type: ignore[arg-type]
+    return pipeline(team, task, cfg.workflow, sandbox, group=group)  # type: ignore[arg-type]
+
+
+def assign_rewards(cfg: Config, episode: Episode) -> None:
+    """Per-role process scores and rewards of a verified episode, by the workflow's credit rules."""
+    r = cfg.reward
+    if isinstance(cfg.workflow, DebateConfig):
+        assign_debate_rewards(episode, r.alpha, r.format_penalty)
+    else:
+        assign_hybrid_rewards(episode, cfg.workflow.roles, r.alpha, r.format_penalty)
+    apply_credit(episode, r, None if isinstance(cfg.workflow, DebateConfig) else cfg.workflow.roles)
+
+
+def expert_seats(cfg: Config, rng: random.Random) -> dict[str, Seat]:
+    """Every role of the workflow played by its scripted expert (teamrl/workflows/experts.py)."""
+    if isinstance(cfg.workflow, DebateConfig):
+        experts = debate_experts(rng)
+        return {r: Seat(script=experts["judge" if r == JUDGE else "debater"]) for r in cfg.workflow.order}
+    experts = pipeline_experts(rng)
+    roles = cfg.workflow.roles
+    return {r: Seat(script=experts[roles[r].kind]) for r in cfg.workflow.order}
 
 
 def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tuple[str, str]]]:
@@ -44,13 +94,13 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     on training tasks, so that demonstration prompts are exactly the prompts of an episode."""
     suite = build_suite(cfg)
     rng = random.Random(seed)
-    experts = pipeline_experts(rng)
-    roles = cfg.workflow.roles
-    team = Team({r: Seat(script=experts[roles[r].kind]) for r in cfg.workflow.order})
-    tasks = suite.sample("train", n_episodes, rng)
+    team = Team(expert_seats(cfg, rng))
+    tasks: list[Task] = suite.sample("train", n_episodes, rng)
+    if isinstance(cfg.workflow, DebateConfig):
+        tasks = _with_answers(tasks)
 
-    async def play() -> list:
-        return [await pipeline(team, task, cfg.workflow, sandbox=None) for task in tasks]
+    async def play() -> list[Episode]:
+        return [await play_episode(cfg, team, task, sandbox=None) for task in tasks]
 
     pairs: dict[str, list[tuple[str, str]]] = {r: [] for r in cfg.workflow.order}
     for episode in asyncio.run(play()):
@@ -59,6 +109,19 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     return pairs
 
 
+def _with_answers(tasks: list[Task]) -> list[Task]:
+    """The tasks an expert can demonstrate: those with a known answer (a task file may leave it out)."""
+    known = [t for t in tasks if isinstance(t, ReasoningTask) and t.answer is not None]
+    if not known:
+        raise ConfigError(
+            "tasks.path: no training task in the file has an answer, so no expert can demonstrate one "
+            "for SFT or for the embedded base model; give answers, or use a `kind: hf` policy with "
+            "recipe.sft.enabled: false"
+        )
+    return known
+
+
+# -- live objects -------------------------------------------------------------------------------
 def _embedded_corpus(cfg: Config, pcfg: PolicyConfig) -> tuple[list[tuple[str, str]], Path]:
     """The base's training pairs and its cache directory, keyed by their content and the settings."""
     e = pcfg.embedded

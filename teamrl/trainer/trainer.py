@@ -27,11 +27,18 @@ from teamrl.protocol import Episode, Turn
 from teamrl.recipes import Phase, phases_for
 from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
-from teamrl.rewards.credit import apply_credit, assign_hybrid_rewards, team_reward
-from teamrl.tasks.programming import ProgrammingTask
-from teamrl.trainer.build import build_policies, build_sandbox, build_suite, build_team, demonstrations
+from teamrl.rewards.credit import team_reward
+from teamrl.trainer.build import (
+    Task,
+    assign_rewards,
+    build_policies,
+    build_sandbox,
+    build_suite,
+    build_team,
+    demonstrations,
+    play_episode,
+)
 from teamrl.trainer.run_dir import JsonlLog, write_jsonl
-from teamrl.workflows.pipeline import pipeline
 
 log = logging.getLogger("teamrl")
 
@@ -119,16 +126,15 @@ class Trainer:
 
     # -- rollout --------------------------------------------------------------------------------
     def rollout(
-        self, tasks: list[ProgrammingTask], group_size: int, share: frozenset[str] = frozenset()
+        self, tasks: list[Task], group_size: int, share: frozenset[str] = frozenset()
     ) -> list[Episode]:
         """Play ``group_size`` episodes of every task concurrently, verify them and assign credit.
 
         ``share``: roles whose turn is sampled once per distinct prompt and reused by the whole group
         (the frozen roles of a training phase; see ``Team.share_turns``)."""
-        wf = self.cfg.workflow
 
-        def factory(task: ProgrammingTask, g: int):
-            return lambda: pipeline(self.team, task, wf, self.sandbox, group=g)
+        def factory(task: Task, g: int):
+            return lambda: play_episode(self.cfg, self.team, task, self.sandbox, group=g)
 
         self.team.share_turns(share)
         try:
@@ -136,12 +142,11 @@ class Trainer:
         finally:
             self.team.share_turns()
         for ep in episodes:
-            assign_hybrid_rewards(ep, wf.roles, self.cfg.reward.alpha, self.cfg.reward.format_penalty)
-            apply_credit(ep, self.cfg.reward, wf.roles)
+            assign_rewards(self.cfg, ep)
         return episodes
 
     def counterfactual(
-        self, tasks: list[ProgrammingTask], episodes: list[Episode], roles: tuple[str, ...]
+        self, tasks: list[Task], episodes: list[Episode], roles: tuple[str, ...]
     ) -> dict[str, float]:
         """With ``reward.credit: counterfactual``, replace the trained roles' rewards by R - R_cf
         (``teamrl.rewards.counterfactual``); returns its metrics. A no-op for every other credit."""
@@ -151,7 +156,7 @@ class Trainer:
         by_id = {t.task_id: t for t in tasks}
 
         async def replay(team: Team, episode: Episode) -> Episode:
-            return await pipeline(team, by_id[episode.task_id], wf, self.sandbox, group=episode.group)
+            return await play_episode(self.cfg, team, by_id[episode.task_id], self.sandbox, episode.group)
 
         def baseline(role: str) -> Seat | None:  # None: the role's replayed turns are empty
             if r.counterfactual_baseline == "empty":

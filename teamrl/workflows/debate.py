@@ -23,56 +23,11 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from teamrl.config import JUDGE, DebateConfig
 from teamrl.engine.team import Team
 from teamrl.protocol import Episode, Turn
 from teamrl.tasks.reasoning import ReasoningTask, extract_answer, normalize_answer
-
-JUDGE = "judge"
-
-
-class DebateConfig(BaseModel):
-    """Who debates, for how long, what each sees, and how the verdict is reached."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    debaters: int = Field(3, ge=1, le=16, description="number of debaters, roles debater_0 .. debater_{N-1}")
-    rounds: int = Field(1, ge=0, le=8, description="revision rounds after round 0's independent answers")
-    visible_others: int | None = Field(
-        None, ge=0, description="how many peers' latest arguments a debater sees per round; None: all"
-    )
-    shuffle: bool = Field(
-        False, description="show peers in a seeded random order (else ring order i+1, i+2..)"
-    )
-    seed: int = Field(0, description="seed of the shuffle; with the task id and group it fixes every view")
-    aggregation: Literal["judge", "majority"] = Field(
-        "majority", description="verdict: the judge role's answer, or the final round's majority answer"
-    )
-    judge_sees: Literal["answers", "arguments"] = Field(
-        "answers", description="the judge sees the final answers only, or the full last-round arguments"
-    )
-    debater_sop: str = Field("Solve it step by step. End with ANSWER: <number>.")
-    judge_sop: str = Field("Decide the correct answer. Reply ANSWER: <number>.")
-
-    @model_validator(mode="after")
-    def _peers_exist(self) -> DebateConfig:
-        if self.visible_others is not None and self.visible_others > self.debaters - 1:
-            raise ValueError(
-                f"visible_others={self.visible_others} exceeds the {self.debaters - 1} other debaters; "
-                "lower it or use None (all)"
-            )
-        return self
-
-    @property
-    def debater_roles(self) -> list[str]:
-        return [f"debater_{i}" for i in range(self.debaters)]
-
-    @property
-    def roles(self) -> list[str]:
-        return self.debater_roles + [JUDGE] * (self.aggregation == "judge")
 
 
 def debate_prompt(role: str, sop: str, task: ReasoningTask, sections: list[tuple[str, str]]) -> str:
@@ -185,6 +140,7 @@ def verify(
         "correct": [[correct(a) for a in row] for row in answers],
         "verdict": verdict,
         "verdict_correct": correct(verdict),
+        "solved": correct(verdict),  # the team's success, as every workflow reports it
         "label": label,
         "label_source": "ground_truth" if has_truth else "majority" if label is not None else "none",
         "seen": seen,

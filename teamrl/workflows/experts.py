@@ -1,4 +1,4 @@
-"""Scripted expert roles for the pipeline: they write the demonstrations that SFT learns from.
+"""Scripted expert roles for the workflows: they write the demonstrations that SFT learns from.
 
 Running the real workflow with these scripts guarantees that demonstration prompts are exactly
 the prompts the models will see in episodes.
@@ -11,6 +11,10 @@ import random
 from teamrl.engine.team import RoleCall, ScriptedRole
 from teamrl.protocol import Message, render_message
 from teamrl.tasks.programming import ProgrammingTask
+from teamrl.tasks.reasoning import ReasoningTask, answer_number, extract_answer, normalize_answer
+from teamrl.workflows.debate import majority
+
+SLIPS = (-10, -2, -1, 1, 2, 10)  # how far a slipped step's result is off
 
 
 def _code_block(code: str) -> str:
@@ -46,3 +50,59 @@ def pipeline_experts(rng: random.Random, bug_rate: float = 0.3) -> dict[str, Scr
         return render_message(Message(role=call.role, kind="tests", content="\n".join(task.demo_tests)))
 
     return {"plan": plan, "code": code, "review": review, "tests": tests}
+
+
+def debate_experts(rng: random.Random, error_rate: float = 0.2) -> dict[str, ScriptedRole]:
+    """A ``debater`` that shows its working and with probability ``error_rate`` (half that when it
+    revises, having read its peers) slips in one step, and a ``judge`` that picks the correct answer
+    when a debater gave it, else the majority answer, else the answer it works out itself."""
+
+    def debater(call: RoleCall) -> str:
+        task: ReasoningTask = call.context["task"]
+        rate = error_rate if call.round == 0 else error_rate / 2
+        steps, answer = worked_solution(task, rng if rng.random() < rate else None)
+        # "Steps:" first, so that every number in the working follows a space, as in the question: the
+        # tokenizer makes " 12" and "12" different tokens, and copying a number is then one token's work
+        working = "".join(f" {step}." for step in steps)
+        content = f"Steps:{working} ANSWER: {answer}" if steps else f"ANSWER: {answer}"
+        return render_message(Message(role=call.role, kind="answer", content=content))
+
+    def judge(call: RoleCall) -> str:
+        task: ReasoningTask = call.context["task"]
+        given = [extract_answer(text) for text in call.context["peers"].values()]
+        right = [a for a in given if a is not None and task.answer is not None and task.check(a)]
+        pick = right[0] if right else majority(given) or worked_solution(task, None)[1]
+        return render_message(Message(role=call.role, kind="answer", content=f"ANSWER: {pick}"))
+
+    return {"debater": debater, "judge": judge}
+
+
+def worked_solution(task: ReasoningTask, slip: random.Random | None) -> tuple[list[str], str]:
+    """The task's worked steps ("a op b = c") and final answer. With ``slip``, one step's result is off
+    by a little and the later steps carry the wrong value on (a task without steps: the answer is off)."""
+    answer = str(task.answer)
+    if slip is None:
+        return list(task.solution), answer
+    if not task.solution:
+        number = answer_number(answer)
+        return [], answer if number is None else normalize_answer(str(number + slip.choice(SLIPS)))
+    wrong = slip.randrange(len(task.solution))
+    carried: dict[str, str] = {}  # a correct intermediate result -> the value written instead
+    steps = []
+    for i, step in enumerate(task.solution):
+        left, right = step.rsplit(" = ", 1)
+        terms = [carried.get(t, t) for t in left.split()]
+        value = _left_to_right(terms) + (slip.choice(SLIPS) if i == wrong else 0)
+        if str(value) != right:
+            carried[right] = str(value)
+        steps.append(f"{' '.join(terms)} = {value}")
+    return steps, str(value)
+
+
+def _left_to_right(terms: list[str]) -> int:
+    """The value of "a op b op c ..." with + - * applied left to right, as the solution steps are written."""
+    value = int(terms[0])
+    for op, operand in zip(terms[1::2], terms[2::2], strict=True):
+        n = int(operand)
+        value = value + n if op == "+" else value - n if op == "-" else value * n
+    return value
