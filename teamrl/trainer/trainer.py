@@ -25,6 +25,7 @@ from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode, Turn
 from teamrl.recipes import Phase, phases_for
+from teamrl.recipes.closed_loop import ClosedLoop
 from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
 from teamrl.rewards.credit import apply_credit, assign_hybrid_rewards, team_reward
@@ -417,7 +418,8 @@ class Trainer:
     # -- the driver -------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         cfg, st = self.cfg, self.state
-        phases = phases_for(cfg)
+        # closed_loop decides each phase when the loop reaches it (it measures the roles first)
+        phases = ClosedLoop(self) if cfg.recipe.name == "closed_loop" else phases_for(cfg)
         if not st.sft_done:
             sft_stats = self.sft_roles()
             st.sft_done = True
