@@ -192,3 +192,10 @@ def test_one_real_round_measures_every_role_and_trains_the_weakest(tmp_path, mon
     assert decision["picked"] == weakest
     assert [roles for roles, _, _ in seen] == [(weakest,)]
     assert seen[0][2] <= {weakest}
+
+
+def test_the_example_config_loads():
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).parents[1] / "examples" / "pipeline_closed_loop.yaml")
+    assert cfg.recipe.name == "closed_loop" and cfg.recipe.closed_loop.select == "contribution"

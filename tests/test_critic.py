@@ -143,3 +143,10 @@ def test_the_critic_is_checkpointed_and_restored_on_resume(critic_cfg, tmp_path)
     with torch.no_grad():
         assert not torch.equal(resumed.critic.head.weight, fresh.head.weight)
     assert resumed.fit()["evals"][-1]["label"] == "after_rl"
+
+
+def test_the_example_config_loads():
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).parents[1] / "examples" / "pipeline_ppo_critic.yaml")
+    assert cfg.algorithm.name == "ppo_critic" and cfg.algorithm.critic.policy == "default"
