@@ -94,8 +94,26 @@ def critic_cfg(tmp_path):
     )
 
 
-def test_a_ppo_critic_update_moves_the_critic_and_the_trained_role_only(critic_cfg, tmp_path):
+# the same small embedded model, as a policy of its own
+SEPARATE_CRITIC = [s.replace("policies.default.", "policies.critic.") for s in SMALL if "default." in s]
+
+
+@pytest.mark.parametrize("separate", [False, True], ids=["shared_base", "separate_model"])
+def test_a_ppo_critic_update_moves_the_critic_and_the_trained_role_only(critic_cfg, tmp_path, separate):
+    if separate:  # the critic on a policy of its own, which no role uses
+        critic_cfg = load_config(
+            overrides=SMALL
+            + SEPARATE_CRITIC
+            + [
+                f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
+                f"policies.critic.embedded.cache_dir={tmp_path / 'cache'}",
+                "algorithm.name=ppo_critic",
+                "algorithm.critic.policy=critic",
+                "recipe.roles=[coder]",
+            ]
+        )
     trainer = Trainer(critic_cfg, tmp_path / "run")
+    assert trainer.critic.policy is trainer.policies["critic" if separate else "default"]
     trainer.sft_roles()
     episodes = trainer.rollout(trainer.suite.fixed_set("train", 2), 2)
     for ep in episodes:  # make the rewards differ, so that advantages are not all 0
