@@ -95,6 +95,14 @@ def critic_cfg(tmp_path):
 
 
 # the same small embedded model, as a policy of its own
+def test_a_long_transcript_keeps_the_task_and_the_latest_turns(critic_cfg, tmp_path):
+    critic = Trainer(critic_cfg, tmp_path / "run").critic
+    critic.max_positions = 10
+    (ids,) = critic.encode(["x" * 400])
+    (full,) = critic.policy.tokenizer(["x" * 400])["input_ids"]
+    assert len(full) > 10 and ids == full[:5] + full[-5:]
+
+
 SEPARATE_CRITIC = [s.replace("policies.default.", "policies.critic.") for s in SMALL if "default." in s]
 
 

@@ -110,12 +110,13 @@ class CentralisedCritic:
 
     # -- values ---------------------------------------------------------------------------------
     def encode(self, states: list[str]) -> list[list[int]]:
-        """Token ids of each transcript; one longer than the model's positions keeps its first token and
-        its most recent part (the turns just before the point valued)."""
+        """Token ids of each transcript; one longer than the model's positions keeps its first half (the
+        task) and its most recent half (the turns just before the point valued), dropping the middle."""
         ids = [list(x) for x in self.policy.tokenizer(states)["input_ids"]] if states else []
         limit = self.max_positions
         if limit is not None:
-            ids = [x if len(x) <= limit else x[:1] + x[-(limit - 1) :] for x in ids]
+            head = limit // 2
+            ids = [x if len(x) <= limit else x[:head] + x[len(x) - (limit - head) :] for x in ids]
         return ids
 
     def values(self, input_ids: list[list[int]], role_index: torch.Tensor) -> torch.Tensor:
