@@ -373,9 +373,29 @@ class RewardConfig(_Strict):
     marti: MARTIConfig = Field(default_factory=MARTIConfig)
 
 
+CRITIC_ADAPTER = "value_critic"  # the centralised critic's LoRA adapter on its policy (no role may take it)
+
+
+class CriticConfig(_Strict):
+    """algorithm ppo_critic: the centralised critic, a LoRA adapter of its own plus a linear value head
+    (one output per role) on the last hidden state of a policy's base model."""
+
+    policy: str = Field(
+        "default",
+        description="the entry of `policies` whose base model carries the critic; one that no role uses "
+        "makes the critic a separate model",
+    )
+    lr: float = Field(1e-3, gt=0, description="learning rate of the critic's adapter and value head")
+    value_clip: float | None = Field(
+        0.2, gt=0, description="clip of the value loss around the values at rollout time (null: unclipped)"
+    )
+
+
 class AlgorithmConfig(_Strict):
-    name: Literal["grpo", "mgrpo"] = Field(
-        "grpo", description="grpo: per-role advantages; mgrpo: team advantages"
+    name: Literal["grpo", "mgrpo", "ppo_critic"] = Field(
+        "grpo",
+        description="grpo: per-role advantages; mgrpo: team advantages; ppo_critic: turn-level GAE per role "
+        "from a centralised critic that reads the whole team transcript",
     )
     group_size: int = Field(8, ge=2, description="G episodes per task")
     tasks_per_iteration: int = Field(8, ge=1)
@@ -388,12 +408,20 @@ class AlgorithmConfig(_Strict):
     micro_batch: int = Field(64, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(0.7, gt=0, description="sampling temperature of rollouts and evaluations")
-    scale: Literal["std", "none"] = "std"
+    scale: Literal["std", "none"] = Field(
+        "std",
+        description="std: advantages centred and divided by their std (grpo, mgrpo: within each task's "
+        "group; ppo_critic: over each role's turns of the batch); none: grpo, mgrpo centred only, "
+        "ppo_critic raw GAE",
+    )
     share_frozen_turns: bool = Field(
         True,
         description="in training rollouts, sample each frozen role's turn once per group and share it, so "
         "the trained role's advantages compare its own samples under a common context",
     )
+    gamma: float = Field(1.0, ge=0, le=1, description="ppo_critic: discount per turn of the role")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo_critic: GAE's lambda over the role's turns")
+    critic: CriticConfig = Field(default_factory=CriticConfig)
 
 
 class SFTConfig(_Strict):
@@ -404,13 +432,33 @@ class SFTConfig(_Strict):
     batch_size: int = Field(32, ge=1)
 
 
+class ClosedLoopConfig(_Strict):
+    """recipe closed_loop: each round, measure every trained role on a probe set of train tasks, train
+    the weakest one, and measure again at the next round (see teamrl/recipes/closed_loop.py)."""
+
+    probe_tasks: int = Field(16, ge=1, description="train tasks in the probe set (the same every round)")
+    probe_samples: int = Field(2, ge=1, description="episodes per probe task in each measurement")
+    select: Literal["contribution", "process"] = Field(
+        "contribution",
+        description="contribution: the role whose swap for its baseline costs the team least success; "
+        "process: the role with the lowest mean process score",
+    )
+    baseline: Literal["reference", "empty"] = Field(
+        "reference",
+        description="who takes a role's seat when its contribution is measured: its frozen SFT snapshot "
+        "(the KL reference) or an empty turn",
+    )
+
+
 class RecipeConfig(_Strict):
-    name: Literal["freeze_rotate", "joint"] = "freeze_rotate"
-    rounds: int = Field(1, ge=1, description="freeze_rotate: passes over the roles")
+    name: Literal["freeze_rotate", "joint", "closed_loop"] = "freeze_rotate"
+    rounds: int = Field(
+        1, ge=1, description="freeze_rotate: passes over the roles; closed_loop: measure-and-train rounds"
+    )
     iterations_per_role: int | dict[str, int] = Field(
         4,
-        description="freeze_rotate: RL iterations per role per round; a mapping role -> iterations gives "
-        "roles different counts (roles it leaves out get 4)",
+        description="freeze_rotate and closed_loop: RL iterations per role per phase; a mapping role -> "
+        "iterations gives roles different counts (roles it leaves out get 4)",
     )
     iterations: int = Field(16, ge=1, description="joint: RL iterations with every trainable role")
     roles: list[str] | None = Field(
@@ -420,6 +468,7 @@ class RecipeConfig(_Strict):
         None, ge=1, description="stop RL once rollouts generated this many tokens (equal-compute comparisons)"
     )
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    closed_loop: ClosedLoopConfig = Field(default_factory=ClosedLoopConfig)
 
 
 class SandboxConfig(_Strict):
@@ -502,6 +551,40 @@ class Config(_Strict):
                 raise ValueError(f"recipe.roles names {name!r}, not in workflow.order {self.workflow.order}")
             if not roles[name].trainable:
                 raise ValueError(f"recipe.roles names {name!r}, but workflow.roles.{name}.trainable is false")
+        return self
+
+    @model_validator(mode="after")
+    def _critic_and_closed_loop(self) -> Config:
+        if self.algorithm.name == "ppo_critic":
+            name = self.algorithm.critic.policy
+            if name not in self.policies:
+                raise ValueError(
+                    f"algorithm.critic.policy is {name!r}; known policies: {sorted(self.policies)}"
+                )
+            if self.policies[name].kind == "openai":
+                raise ValueError(
+                    f"algorithm.critic.policy {name!r} is an openai endpoint (inference only); the critic "
+                    "trains an adapter and a value head on a local model: name a policy of kind embedded "
+                    "or hf"
+                )
+            if CRITIC_ADAPTER in self.workflow.roles:
+                raise ValueError(
+                    f"workflow.roles.{CRITIC_ADAPTER}: algorithm ppo_critic keeps its critic's adapter under "
+                    "that name; rename the role"
+                )
+        if self.recipe.name == "closed_loop":
+            roles = self.trained_roles()
+            if not roles:
+                raise ValueError(
+                    "recipe closed_loop needs at least one trainable role to pick from; set "
+                    "workflow.roles.<role>.trainable: true or choose another recipe.name"
+                )
+            twice = sorted({r for r in roles if roles.count(r) > 1})
+            if twice:
+                raise ValueError(
+                    f"recipe.roles lists {twice} more than once; closed_loop picks among distinct roles "
+                    "(the measurement decides how often each is trained): list each once"
+                )
         return self
 
     def trained_roles(self) -> list[str]:

@@ -17,6 +17,13 @@ from teamrl.algorithms.mgrpo import (
     subagent_relative_advantages,
     team_relative_advantages,
 )
+from teamrl.algorithms.ppo_critic import (
+    explained_variance,
+    gae,
+    normalize_advantages,
+    per_role_gae,
+    value_loss,
+)
 
 __all__ = [
     "AGGREGATIONS",
@@ -25,11 +32,16 @@ __all__ = [
     "LossOutput",
     "align_subagent_calls",
     "broadcast_episode_advantages",
+    "explained_variance",
+    "gae",
     "group_relative_advantages",
     "grpo_loss",
     "hierarchical_advantages",
     "kl_k3",
+    "normalize_advantages",
+    "per_role_gae",
     "role_relative_advantages",
     "subagent_relative_advantages",
     "team_relative_advantages",
+    "value_loss",
 ]

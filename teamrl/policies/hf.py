@@ -542,6 +542,27 @@ class HFPolicy:
         lp = F.log_softmax(logits / scale, dim=-1).gather(-1, ids[:, width:, None])[..., 0]
         return lp * mask, mask
 
+    def last_hidden_states(self, adapter: str | None, sequences: list[list[int]]) -> torch.Tensor:
+        """[B, H] the base model's final hidden state (after its last norm) at each sequence's last token,
+        under ``adapter``: the input of a value head. Differentiable w.r.t. the adapter's LoRA weights when
+        grad is enabled. Sequences are left-padded, with positions counted as ``generate`` counts them."""
+        if not sequences or any(len(s) == 0 for s in sequences):
+            raise ValueError("last_hidden_states needs at least one sequence, and no empty one")
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self._pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for row, seq in enumerate(sequences):
+            ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            attn[row, width - len(seq) :] = 1
+        ids, attn = ids.to(self.base.device), attn.to(self.base.device)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        with self._use(adapter):
+            # the transformer body alone (no LM head): LoRA layers live inside it, so the adapter applies
+            out = self.base.base_model(
+                input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False
+            )
+        return out.last_hidden_state[:, -1]
+
     def sft(
         self,
         adapter: str | None,

@@ -29,13 +29,17 @@ def freeze_rotate(
         for i, role in enumerate(roles):
             seen = list(roles[:i]).count(role)
             suffix = f"#{seen + 1}" if seen else ""
-            n = (
-                iterations_per_role.get(role, DEFAULT_ITERATIONS)
-                if isinstance(iterations_per_role, Mapping)
-                else iterations_per_role
-            )
+            n = iterations_for(role, iterations_per_role)
             phases.append(Phase(f"round{r + 1}/{role}{suffix}", (role,), n))
     return phases
+
+
+def iterations_for(role: str, iterations_per_role: int | Mapping[str, int]) -> int:
+    """A role's iterations per phase: one number for every role, or the mapping's (``DEFAULT_ITERATIONS``
+    for a role it omits)."""
+    if isinstance(iterations_per_role, Mapping):
+        return iterations_per_role.get(role, DEFAULT_ITERATIONS)
+    return iterations_per_role
 
 
 def joint(roles: Sequence[str], iterations: int) -> list[Phase]:
@@ -44,6 +48,10 @@ def joint(roles: Sequence[str], iterations: int) -> list[Phase]:
 
 
 def phases_for(cfg: Config) -> list[Phase]:
+    """The phases of a fixed schedule (freeze_rotate, joint). closed_loop has none in advance: it decides
+    each phase while it runs (``teamrl.recipes.closed_loop.ClosedLoop``)."""
+    if cfg.recipe.name == "closed_loop":
+        raise ValueError("recipe closed_loop decides its phases as it runs: see teamrl.recipes.closed_loop")
     roles = cfg.trained_roles()
     if not roles:
         return []

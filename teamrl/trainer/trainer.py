@@ -25,6 +25,7 @@ from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode, Turn
 from teamrl.recipes import Phase, phases_for
+from teamrl.recipes.closed_loop import ClosedLoop
 from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
 from teamrl.rewards.credit import team_reward
@@ -38,6 +39,7 @@ from teamrl.trainer.build import (
     demonstrations,
     play_episode,
 )
+from teamrl.trainer.critic import CentralisedCritic, CriticBatch, TurnKey
 from teamrl.trainer.run_dir import JsonlLog, write_jsonl
 
 log = logging.getLogger("teamrl")
@@ -95,6 +97,11 @@ class Trainer:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self._tb = None
         self.live = LiveTable(cfg.workflow.order)  # the per-iteration table printed with the progress bar
+        self.critic = (
+            CentralisedCritic(self.policies[cfg.algorithm.critic.policy], cfg)  # type: ignore[arg-type]
+            if cfg.algorithm.name == "ppo_critic"
+            else None
+        )
         if resume:
             self._load_checkpoint()
 
@@ -193,19 +200,41 @@ class Trainer:
         rewards = {r: torch.tensor([e.rewards.get(r, 0.0) for e in episodes]) for r in roles}
         return role_relative_advantages(rewards, groups, scale=a.scale)
 
-    def update(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, float]:
-        """GRPO / M-GRPO update of each role in ``roles`` on the turns it took in ``episodes``:
-        ``ppo_epochs`` passes over the turns, each split into ``minibatches`` optimizer steps."""
-        a = self.cfg.algorithm
+    def turn_advantages(
+        self, episodes: list[Episode], roles: tuple[str, ...]
+    ) -> dict[str, dict[TurnKey, float]]:
+        """Per role, the advantage of each of its turns, keyed (episode index, turn index), in turn order:
+        GRPO / M-GRPO give every turn of a role its episode's advantage."""
         adv = self.advantages(episodes, roles)
+        return {
+            role: {
+                (i, j): float(adv[role][i])
+                for i, ep in enumerate(episodes)
+                for j, t in enumerate(ep.turns)
+                if t.role == role
+            }
+            for role in roles
+        }
+
+    def update(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, float]:
+        """GRPO / M-GRPO / PPO update of each role in ``roles`` on the turns it took in ``episodes``:
+        ``ppo_epochs`` passes over the turns, each split into ``minibatches`` optimizer steps; with
+        ``ppo_critic`` the centralised critic gives each turn its advantage and is fitted in the same
+        update."""
+        a = self.cfg.algorithm
+        critic_batch: CriticBatch | None = None
+        if self.critic is not None:
+            critic_batch = self.critic.prepare(episodes, roles)
+            adv = critic_batch.advantages
+        else:
+            adv = self.turn_advantages(episodes, roles)
         stats: dict[str, float] = {"perf/learner_tokens": 0.0}
         for role in roles:
             policy = self.policy_of(role)
             items: list[_Sample] = [
-                _Sample(t, float(adv[role][i]), t.logprobs)
-                for i, ep in enumerate(episodes)
-                for t in ep.turns
-                if t.role == role and t.completion_ids and abs(float(adv[role][i])) > 1e-8
+                _Sample(episodes[i].turns[j], value, episodes[i].turns[j].logprobs)
+                for (i, j), value in adv[role].items()
+                if episodes[i].turns[j].completion_ids and abs(value) > 1e-8
             ]
             if not items:  # every group had equal rewards: nothing to learn from this batch
                 stats[f"train/{role}/skipped"] = 1.0
@@ -237,6 +266,8 @@ class Trainer:
             policy.model.eval()
             stats.update({f"train/{role}/{k}": v for k, v in agg.items()})
             stats[f"train/{role}/turns"] = float(len(items))
+        if self.critic is not None and critic_batch is not None:
+            stats.update(self.critic.train(critic_batch, seed=self.state.step))
         return stats
 
     def _step(
@@ -354,6 +385,8 @@ class Trainer:
                     if self.state.sft_done:
                         pol.save_adapter(_ref(role), tmp / "adapters" / _ref(role))
             torch.save({r: o.state_dict() for r, o in self.optimizers.items()}, tmp / "optimizers.pt")
+            if self.critic is not None:
+                self.critic.save(tmp / "critic")
             (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
 
     def _load_state(self) -> None:
@@ -380,6 +413,8 @@ class Trainer:
         saved = torch.load(ckpt / "optimizers.pt", weights_only=False)
         for role, sd in saved.items():
             self._optimizer(role).load_state_dict(sd)
+        if self.critic is not None:
+            self.critic.load(ckpt / "critic")
 
     def _budget_spent(self) -> bool:
         budget = self.cfg.recipe.token_budget
@@ -388,7 +423,8 @@ class Trainer:
     # -- the driver -------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         cfg, st = self.cfg, self.state
-        phases = phases_for(cfg)
+        # closed_loop decides each phase when the loop reaches it (it measures the roles first)
+        phases = ClosedLoop(self) if cfg.recipe.name == "closed_loop" else phases_for(cfg)
         if not st.sft_done:
             sft_stats = self.sft_roles()
             st.sft_done = True
