@@ -7,7 +7,9 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
+from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
+from teamrl.policies.scripted import ScriptedPolicy
 from teamrl.tasks.reasoning import ReasoningTask
 from teamrl.workflows.self_play import (
     SelfPlayConfig,
@@ -208,6 +210,23 @@ def test_an_invalid_proposal_gets_the_penalty_and_the_solver_does_not_play(propo
     assert episode.rewards == {"proposer": -1.0}
     cfg = PS.model_copy(update={"invalid_penalty": -0.3})
     assert proposer_game(proposal, [], cfg=cfg).rewards == {"proposer": -0.3}
+
+
+def test_on_the_engine_the_k_attempts_of_all_episodes_are_one_batch() -> None:
+    def respond(req) -> str:
+        return (
+            "<answer>PROBLEM: 6 * 7</answer>"
+            if req.prompt.startswith("### proposer")
+            else "<answer>ANSWER: 42</answer>"
+        )
+
+    policy = ScriptedPolicy(respond)
+    engine = Engine({"p": policy})
+    team = Team({role: Seat(policy="p") for role in PS.order}, engine)
+    episodes = engine.run([lambda g=g: proposer_solver(team, SEED, PS, group=g) for g in range(3)])
+    assert policy.batch_sizes == [3, 12]  # the proposers, then 3 x K = 4 solver attempts
+    assert [e.group for e in episodes] == [0, 1, 2]
+    assert all(e.outcome == 1.0 and len(e.turns) == 5 for e in episodes)
 
 
 # ---------------------------------------------------------------- the safe evaluator
