@@ -127,6 +127,61 @@ class DebateConfig(_Strict):
         return self.debater_roles + [JUDGE] * (self.aggregation == "judge")
 
 
+GENERATOR, SOLVER, PROPOSER = "generator", "solver", "proposer"
+SELF_PLAY_ROLES = {"generator_judge": [GENERATOR, JUDGE], "proposer_solver": [PROPOSER, SOLVER]}
+
+
+class SelfPlayConfig(_Strict):
+    """Workflow ``self_play``: two roles play a game against each other (see
+    teamrl/workflows/self_play.py). ``generator_judge``: roles ``generator`` and ``judge``;
+    ``proposer_solver``: roles ``proposer`` and ``solver``. Not yet selectable in ``teamrl train``."""
+
+    name: Literal["self_play"] = "self_play"
+    game: Literal["generator_judge", "proposer_solver"] = Field(
+        "generator_judge", description="which game: a judge checks answers, or a proposer poses problems"
+    )
+    generator_sop: str = Field("Solve it step by step. End with ANSWER: <number>.")
+    judge_sop: str = Field("Is the answer correct? End with VERDICT: ACCEPT or VERDICT: REJECT.")
+    proposer_sop: str = Field(
+        "Write a new arithmetic problem, about as hard as the example. Reply PROBLEM: <expression>."
+    )
+    solver_sop: str = Field("Solve it step by step. End with ANSWER: <number>.")
+    solver_samples: int = Field(
+        4, ge=1, le=64, description="attempts K of the solver at each proposed problem"
+    )
+    target_rate: float = Field(
+        0.5, ge=0, le=1, description="the solver success rate at which the proposer's reward peaks (1.0)"
+    )
+    invalid_penalty: float = Field(
+        -1.0, le=0, description="the proposer's reward for a malformed, unsafe or too large problem"
+    )
+    max_chars: int = Field(200, ge=1, le=2000, description="longest proposed expression, in characters")
+    max_operations: int = Field(12, ge=1, le=64, description="most operators in a proposed expression")
+    max_operand: int = Field(10**6, ge=1, description="largest absolute value of a number written in it")
+    max_value: int = Field(10**12, ge=1, description="largest absolute value of any intermediate result")
+    roles: dict[str, SeatConfig] = Field(
+        default_factory=dict,
+        description="seat of each role (policy, adapter, trainable, max_new_tokens); roles left out get "
+        "the defaults",
+    )
+
+    @model_validator(mode="after")
+    def _roles(self) -> SelfPlayConfig:
+        for name in self.roles:
+            if name not in self.order:
+                raise ValueError(
+                    f"roles.{name} is not a role of game {self.game!r} {self.order}; remove it or change game"
+                )
+        for name in self.order:  # in place: assigning would validate this model again
+            self.roles.setdefault(name, SeatConfig())
+        return self
+
+    @property
+    def order(self) -> list[str]:
+        """Every role of the game, in speaking order."""
+        return list(SELF_PLAY_ROLES[self.game])
+
+
 class LoraConfig(_Strict):
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)

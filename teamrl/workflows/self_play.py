@@ -1,0 +1,300 @@
+"""Workflow ``self_play``: two roles of one team play a game against each other (issue 4).
+
+``generator_judge``: the generator answers a reasoning task (``<answer>... ANSWER: 14</answer>``,
+as a debater does); the judge sees the question and the generator's reply, never the label, and
+ends its reply with ``VERDICT: ACCEPT`` or ``VERDICT: REJECT`` (``<answer>3 * 4 = 12, 2 + 12 = 14.
+VERDICT: ACCEPT</answer>``). The judge earns 1 for a correct verdict (accepting a correct answer or
+rejecting a wrong or missing one), else 0; the generator earns 1 when its answer is correct and the
+judge accepts it, else 0. A malformed turn (no tags, no final answer, no verdict) is recorded on
+``Turn.error`` and costs its role the format penalty.
+
+``proposer_solver``: the proposer, shown an example question, writes a new arithmetic problem
+(``<answer>PROBLEM: 12 * (3 + 4) - 5</answer>``) whose answer the framework computes itself with
+:func:`evaluate_expression`, which parses with ``ast`` and evaluates integers with ``+ - * // %``
+and parentheses only, within size and magnitude limits, never ``eval``. The solver sees that
+problem alone and attempts it ``solver_samples`` times (K); its reward is its success rate over
+the K attempts, less the format penalty times its share of malformed attempts. The proposer earns
+1 - |rate - target| / max(target, 1 - target), which peaks at 1.0 when the rate hits
+``target_rate``, or ``invalid_penalty`` for a malformed, unsafe or too large problem (the solver
+then does not play). The problem's difficulty (operations, largest number, nesting, answer size)
+goes into ``episode.verifier["difficulty"]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import re
+from dataclasses import dataclass
+
+from teamrl.config import GENERATOR, JUDGE, PROPOSER, SOLVER, SelfPlayConfig
+from teamrl.engine.team import Team
+from teamrl.protocol import Episode, Turn
+from teamrl.tasks.reasoning import ReasoningTask
+from teamrl.workflows.debate import argument, debate_prompt, final_answer
+
+_VERDICT = re.compile(r"\bVERDICT\s*:\s*(ACCEPT|REJECT)\b", re.IGNORECASE)
+_PROBLEM = re.compile(r"\bPROBLEM\s*:[ \t]*(.*)", re.IGNORECASE)
+_ALLOWED_CHARS = frozenset("0123456789+-*/%() \t")
+_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+# ---------------------------------------------------------------- the safe evaluator
+
+
+class UnsafeExpression(ValueError):
+    """A proposed expression the framework will not evaluate; the message says why."""
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """An expression's value and its difficulty proxies."""
+
+    value: int
+    operations: int  # binary and unary operators
+    max_operand: int  # largest absolute value of a number written in it
+    depth: int  # nesting depth of the operator tree (a lone number: 0)
+
+
+def evaluate_expression(
+    text: str,
+    *,
+    max_chars: int = 200,
+    max_operations: int = 12,
+    max_operand: int = 10**6,
+    max_value: int = 10**12,
+) -> Evaluated:
+    """Evaluate integer arithmetic (``+ - * // %``, unary minus, parentheses) as Python would.
+
+    Anything else raises :class:`UnsafeExpression`: any other character (so no name, call, string
+    or float reaches the parser), ``/`` and ``**``, a division by zero, more than ``max_operations``
+    operators, a number above ``max_operand`` or an intermediate result above ``max_value`` in
+    absolute value.
+    """
+    text = text.strip()
+    if not text:
+        raise UnsafeExpression("empty expression")
+    if len(text) > max_chars:
+        raise UnsafeExpression(f"{len(text)} characters, more than max_chars={max_chars}")
+    bad = sorted(set(text) - _ALLOWED_CHARS)
+    if bad:
+        raise UnsafeExpression(f"characters {bad} are not allowed; use digits, + - * // % and parentheses")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise UnsafeExpression(f"not an arithmetic expression: {exc}") from None
+
+    operations = 0
+    largest = 0
+
+    def bounded(value: int) -> int:
+        if abs(value) > max_value:
+            raise UnsafeExpression(f"an intermediate result exceeds max_value={max_value}")
+        return value
+
+    def count_operator() -> None:
+        nonlocal operations
+        operations += 1
+        if operations > max_operations:
+            raise UnsafeExpression(f"more than max_operations={max_operations} operators")
+
+    def walk(node: ast.expr) -> tuple[int, int]:  # (value, depth)
+        nonlocal largest
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            if node.value > max_operand:
+                raise UnsafeExpression(f"the number {node.value} exceeds max_operand={max_operand}")
+            largest = max(largest, node.value)
+            return node.value, 0
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):
+            count_operator()
+            value, depth = walk(node.operand)
+            return bounded(-value if isinstance(node.op, ast.USub) else value), depth + 1
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            count_operator()
+            left, left_depth = walk(node.left)
+            right, right_depth = walk(node.right)
+            if isinstance(node.op, ast.FloorDiv | ast.Mod) and right == 0:
+                raise UnsafeExpression("division by zero")
+            value = {
+                ast.Add: lambda: left + right,
+                ast.Sub: lambda: left - right,
+                ast.Mult: lambda: left * right,
+                ast.FloorDiv: lambda: left // right,
+                ast.Mod: lambda: left % right,
+            }[type(node.op)]()
+            return bounded(value), max(left_depth, right_depth) + 1
+        shown = ast.unparse(node)[:40]
+        raise UnsafeExpression(f"{shown!r} is not allowed; only integers, + - * // % and parentheses")
+
+    value, depth = walk(tree.body)
+    return Evaluated(value=value, operations=operations, max_operand=largest, depth=depth)
+
+
+def proposed_problem(text: str) -> str | None:
+    """The expression after the last ``PROBLEM:`` marker (the rest of its line); None without one."""
+    found = None
+    for m in _PROBLEM.finditer(text):
+        found = m.group(1).strip()
+    return found or None
+
+
+def verdict_of(turn: Turn) -> str | None:
+    """``"accept"`` or ``"reject"``: the last verdict of a well-formed judge turn; None otherwise."""
+    if turn.message is None or turn.error is not None:
+        return None
+    found = None
+    for m in _VERDICT.finditer(turn.message.content):
+        found = m.group(1).lower()
+    return found
+
+
+# ---------------------------------------------------------------- game 1: generator vs judge
+
+
+async def generator_judge(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, group: int = 0) -> Episode:
+    """The generator answers ``task``, the judge accepts or rejects that answer; then verify it."""
+    if task.answer is None:
+        raise ValueError(
+            f"task {task.task_id} has no answer: generator_judge rewards the judge against the label, "
+            "so it needs tasks with ground truth"
+        )
+    episode = Episode(task_id=task.task_id, group=group)
+    prompt = debate_prompt(GENERATOR, cfg.generator_sop, task, [])
+    generated = await team.act(GENERATOR, prompt, "answer", round=0, context={"task": task})
+    if generated.error is None and final_answer(generated) is None:
+        generated.error = f"{GENERATOR}: no final answer; end with 'ANSWER: <answer>'"
+    answer = final_answer(generated)
+
+    shown = argument(generated)
+    prompt = debate_prompt(JUDGE, cfg.judge_sop, task, [(GENERATOR, shown)])
+    context = {"question": task.question, "argument": shown, "answer": answer}  # never the label
+    judged = await team.act(JUDGE, prompt, "answer", round=1, context=context)
+    if judged.error is None and verdict_of(judged) is None:
+        judged.error = f"{JUDGE}: no verdict; end with 'VERDICT: ACCEPT' or 'VERDICT: REJECT'"
+    verdict = verdict_of(judged)
+
+    episode.turns = [generated, judged]
+    episode.errors = [t.error for t in episode.turns if t.error is not None]
+    correct = task.check(answer)
+    verdict_correct = verdict == ("accept" if correct else "reject")
+    episode.outcome = float(correct)
+    episode.verifier = {
+        "game": "generator_judge",
+        "answer": answer,
+        "correct": correct,
+        "verdict": verdict,
+        "verdict_correct": verdict_correct,
+        "accepted_and_correct": correct and verdict == "accept",
+        "solved": correct,  # the team's success, as every workflow reports it
+        "label": str(task.answer),
+    }
+    return episode
+
+
+# ---------------------------------------------------------------- game 2: proposer vs solver
+
+
+async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, group: int = 0) -> Episode:
+    """The proposer writes a problem after the example ``seed``; the solver attempts it K times."""
+    episode = Episode(task_id=seed.task_id, group=group)
+    prompt = f"### {PROPOSER}: {cfg.proposer_sop}\nexample: {seed.question}\n"
+    proposed = await team.act(PROPOSER, prompt, "answer", round=0, context={"example": seed.question})
+    episode.turns.append(proposed)
+    expression = proposed_problem(proposed.message.content) if proposed.message is not None else None
+    evaluated: Evaluated | None = None
+    if proposed.error is None and expression is None:
+        proposed.error = f"{PROPOSER}: no problem; write 'PROBLEM: <expression>'"
+    elif expression is not None:
+        try:
+            evaluated = evaluate_expression(
+                expression,
+                max_chars=cfg.max_chars,
+                max_operations=cfg.max_operations,
+                max_operand=cfg.max_operand,
+                max_value=cfg.max_value,
+            )
+        except UnsafeExpression as exc:
+            proposed.error = f"{PROPOSER}: invalid problem {expression[:60]!r}: {exc}"
+
+    answers: list[str | None] = []
+    correct: list[bool] = []
+    problem: ReasoningTask | None = None
+    if evaluated is not None:
+        assert expression is not None
+        problem = ReasoningTask(
+            task_id=f"{seed.task_id}-proposed-{group}",
+            question=f"What is {expression}?",
+            answer=evaluated.value,
+            family="proposed",
+        )
+        prompt = debate_prompt(SOLVER, cfg.solver_sop, problem, [])
+
+        async def attempt(k: int) -> Turn:
+            turn = await team.act(
+                SOLVER, prompt, "answer", round=1, context={"problem": expression, "sample": k}
+            )
+            if turn.error is None and final_answer(turn) is None:
+                turn.error = f"{SOLVER}: no final answer; end with 'ANSWER: <answer>'"
+            return turn
+
+        attempts = list(await asyncio.gather(*(attempt(k) for k in range(cfg.solver_samples))))
+        episode.turns += attempts
+        answers = [final_answer(t) for t in attempts]
+        correct = [problem.check(a) for a in answers]
+
+    episode.errors = [t.error for t in episode.turns if t.error is not None]
+    rate = sum(correct) / len(correct) if correct else 0.0
+    episode.outcome = rate
+    episode.verifier = {
+        "game": "proposer_solver",
+        "problem": problem.question if problem is not None else None,
+        "valid": evaluated is not None,
+        "invalid_reason": proposed.error if evaluated is None else None,
+        "label": str(evaluated.value) if evaluated is not None else None,
+        "difficulty": difficulty(evaluated) if evaluated is not None else None,
+        "answers": answers,
+        "correct": correct,
+        "success_rate": rate,
+        "target_rate": cfg.target_rate,
+        "solved": any(correct),
+    }
+    return episode
+
+
+def difficulty(evaluated: Evaluated) -> dict[str, int]:
+    """The problem's difficulty proxies, for a benchmark to follow as training goes on."""
+    return {
+        "operations": evaluated.operations,
+        "max_operand": evaluated.max_operand,
+        "depth": evaluated.depth,
+        "answer_digits": len(str(abs(evaluated.value))),
+    }
+
+
+# ---------------------------------------------------------------- rewards
+
+
+def assign_self_play_rewards(episode: Episode, cfg: SelfPlayConfig, format_penalty: float) -> None:
+    """Fill ``episode.rewards`` (and ``episode.process``, the same figures before penalties) for every
+    role that spoke, by the rules of the episode's game (needs the verifier results)."""
+    v = episode.verifier
+    process: dict[str, float] = {}
+    if v["game"] == "generator_judge":
+        process[GENERATOR] = float(v["accepted_and_correct"])  # type: ignore[arg-type]
+        process[JUDGE] = float(v["verdict_correct"])  # type: ignore[arg-type]
+    elif v["valid"]:
+        rate: float = v["success_rate"]  # type: ignore[assignment]
+        target = cfg.target_rate
+        process[PROPOSER] = 1 - abs(rate - target) / max(target, 1 - target)
+        process[SOLVER] = rate
+    else:  # a malformed proposal is an invalid one: the invalid penalty alone, no format penalty on top
+        episode.process = {PROPOSER: cfg.invalid_penalty}
+        episode.rewards = {PROPOSER: cfg.invalid_penalty}
+        return
+    rewards = {}
+    for role, score in process.items():
+        turns = episode.turns_of(role)
+        malformed = sum(t.error is not None for t in turns) / len(turns)
+        rewards[role] = score - format_penalty * malformed
+    episode.process = process
+    episode.rewards = rewards

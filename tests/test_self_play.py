@@ -1,0 +1,298 @@
+"""The self_play workflow on scripted roles: who speaks when, what each sees, rewards, the evaluator."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pydantic import ValidationError
+
+from teamrl.engine.engine import Engine
+from teamrl.engine.team import Seat, Team
+from teamrl.policies.scripted import ScriptedPolicy
+from teamrl.tasks.reasoning import ReasoningTask
+from teamrl.workflows.self_play import (
+    SelfPlayConfig,
+    UnsafeExpression,
+    assign_self_play_rewards,
+    evaluate_expression,
+    generator_judge,
+    proposer_solver,
+)
+
+TASK = ReasoningTask(task_id="t1", question="What is 2 + 3 * 4?", answer=14)
+SEED = ReasoningTask(task_id="s1", question="What is 7 * 8 - 5?", answer=51)
+GJ = SelfPlayConfig(game="generator_judge", generator_sop="Solve.", judge_sop="Judge.")
+PS = SelfPlayConfig(game="proposer_solver", proposer_sop="Propose.", solver_sop="Solve.", solver_samples=4)
+
+
+def scripted(log: list, replies: dict[str, list[str]]) -> dict[str, Seat]:
+    """Each role answers from its queue of texts and logs every call it gets."""
+
+    def make(role: str) -> Seat:
+        def script(call):
+            log.append(call)
+            return replies[role].pop(0)
+
+        return Seat(script=script)
+
+    return {role: make(role) for role in replies}
+
+
+def judge_game(generator: str, judge: str, log: list | None = None, format_penalty: float = 0.5):
+    seats = scripted([] if log is None else log, {"generator": [generator], "judge": [judge]})
+    episode = asyncio.run(generator_judge(Team(seats), TASK, GJ))
+    assign_self_play_rewards(episode, GJ, format_penalty)
+    return episode
+
+
+def proposer_game(proposal: str, solver: list[str], log: list | None = None, cfg: SelfPlayConfig = PS):
+    seats = scripted([] if log is None else log, {"proposer": [proposal], "solver": list(solver)})
+    episode = asyncio.run(proposer_solver(Team(seats), SEED, cfg))
+    assign_self_play_rewards(episode, cfg, format_penalty=0.5)
+    return episode
+
+
+# ---------------------------------------------------------------- generator vs judge
+
+
+def test_the_generator_speaks_then_the_judge_sees_its_reply_but_not_the_label() -> None:
+    log: list = []
+    episode = judge_game(
+        "<answer>3 * 4 = 12, 2 + 12 = 14. ANSWER: 14</answer>", "<answer>VERDICT: ACCEPT</answer>", log
+    )
+    assert [(c.role, c.round) for c in log] == [("generator", 0), ("judge", 1)]
+    assert [(t.role, t.round) for t in episode.turns] == [("generator", 0), ("judge", 1)]
+    assert log[0].prompt == "### generator: Solve.\nquestion: What is 2 + 3 * 4?\n"
+    assert log[1].prompt == (
+        "### judge: Judge.\nquestion: What is 2 + 3 * 4?\ngenerator: 3 * 4 = 12, 2 + 12 = 14. ANSWER: 14\n"
+    )
+    assert log[1].context == {
+        "question": "What is 2 + 3 * 4?",
+        "argument": "3 * 4 = 12, 2 + 12 = 14. ANSWER: 14",
+        "answer": "14",
+    }
+    # the label reaches the judge nowhere: a wrong answer leaves no trace of 14 in what it gets
+    log = []
+    judge_game("<answer>2 + 3 = 5, 5 * 4 = 20. ANSWER: 20</answer>", "<answer>VERDICT: REJECT</answer>", log)
+    assert "14" not in log[1].prompt and "14" not in repr(log[1].context)
+    assert not any(isinstance(v, ReasoningTask) for v in log[1].context.values())
+
+
+@pytest.mark.parametrize(
+    ("generator", "judge", "correct", "verdict", "rewards"),
+    [
+        (
+            "<answer>ANSWER: 14</answer>",
+            "<answer>right. VERDICT: ACCEPT</answer>",
+            True,
+            "accept",
+            (1.0, 1.0),
+        ),
+        ("<answer>ANSWER: 14</answer>", "<answer>VERDICT: reject</answer>", True, "reject", (0.0, 0.0)),
+        ("<answer>ANSWER: 20</answer>", "<answer>VERDICT: ACCEPT</answer>", False, "accept", (0.0, 0.0)),
+        (
+            "<answer>ANSWER: 20</answer>",
+            "<answer>5 * 4 is wrong. VERDICT: REJECT</answer>",
+            False,
+            "reject",
+            (0.0, 1.0),
+        ),
+        # malformed generator (no tags): its answer counts as wrong and it pays 0.5; rejecting it is right
+        ("I think 14", "<answer>VERDICT: REJECT</answer>", False, "reject", (-0.5, 1.0)),
+        # malformed judge (no verdict): not a correct verdict, and it pays 0.5
+        ("<answer>ANSWER: 14</answer>", "<answer>looks fine</answer>", True, None, (0.0, -0.5)),
+    ],
+)
+def test_rewards_of_generator_and_judge_by_hand(generator, judge, correct, verdict, rewards) -> None:
+    episode = judge_game(generator, judge)
+    v = episode.verifier
+    assert v["correct"] is correct and v["verdict"] == verdict and v["label"] == "14"
+    assert episode.outcome == float(correct) and v["solved"] is correct
+    assert episode.rewards == pytest.approx({"generator": rewards[0], "judge": rewards[1]})
+    assert len(episode.errors) == sum(r < 0 for r in rewards)
+
+
+def test_format_errors_are_recorded_on_the_turns() -> None:
+    episode = judge_game("<answer>no idea</answer>", "ACCEPT", format_penalty=0.25)
+    generator, judge = episode.turns
+    assert "no final answer" in generator.error and "expected '<answer>" in judge.error
+    assert episode.errors == [generator.error, judge.error]
+    assert episode.verifier["answer"] is None and episode.verifier["verdict"] is None
+    assert episode.rewards == pytest.approx({"generator": -0.25, "judge": -0.25})
+    episode = judge_game("<answer>ANSWER: 14</answer>", "<answer>fine</answer>")
+    assert "no verdict" in episode.turns[1].error
+
+
+def test_a_task_without_a_label_cannot_be_judged() -> None:
+    seats = scripted([], {"generator": ["<answer>ANSWER: 1</answer>"], "judge": ["x"]})
+    task = ReasoningTask(task_id="open", question="?", answer=None)
+    with pytest.raises(ValueError, match="needs tasks with ground truth"):
+        asyncio.run(generator_judge(Team(seats), task, GJ))
+
+
+# ---------------------------------------------------------------- proposer vs solver
+
+
+def test_the_proposer_speaks_then_the_solver_sees_only_the_problem_k_times() -> None:
+    log: list = []
+    episode = proposer_game(
+        "<answer>Harder. PROBLEM: 12 * (3 + 4) - 5</answer>", ["<answer>ANSWER: 79</answer>"] * 4, log
+    )
+    assert [(c.role, c.round) for c in log] == [("proposer", 0)] + [("solver", 1)] * 4
+    assert [t.role for t in episode.turns] == ["proposer"] + ["solver"] * 4
+    assert log[0].prompt == "### proposer: Propose.\nexample: What is 7 * 8 - 5?\n"
+    for k, call in enumerate(log[1:]):
+        assert call.prompt == "### solver: Solve.\nquestion: What is 12 * (3 + 4) - 5?\n"
+        assert call.context == {"problem": "12 * (3 + 4) - 5", "sample": k}
+        assert "Harder" not in call.prompt and "7 * 8" not in call.prompt  # nor the proposer's words
+    v = episode.verifier
+    assert v["valid"] and v["label"] == "79" and v["problem"] == "What is 12 * (3 + 4) - 5?"
+    assert v["difficulty"] == {"operations": 3, "max_operand": 12, "depth": 3, "answer_digits": 2}
+
+
+@pytest.mark.parametrize(
+    ("solved", "target", "proposer", "solver"),
+    [
+        (2, 0.5, 1.0, 0.5),  # rate 0.5 hits the target: 1 - 0 / 0.5
+        (4, 0.5, 0.0, 1.0),  # too easy: 1 - 0.5 / 0.5
+        (0, 0.5, 0.0, 0.0),  # too hard
+        (3, 0.5, 0.5, 0.75),  # 1 - 0.25 / 0.5
+        (1, 0.25, 1.0, 0.25),  # a target of 0.25: 1 - 0 / 0.75
+        (4, 0.25, 0.0, 1.0),  # 1 - 0.75 / 0.75
+        (0, 0.25, 1 - 0.25 / 0.75, 0.0),
+    ],
+)
+def test_rewards_of_proposer_and_solver_by_hand(solved, target, proposer, solver) -> None:
+    cfg = PS.model_copy(update={"target_rate": target})
+    answers = ["<answer>ANSWER: 79</answer>"] * solved + ["<answer>ANSWER: 80</answer>"] * (4 - solved)
+    episode = proposer_game("<answer>PROBLEM: 12*(3+4)-5</answer>", answers, cfg=cfg)
+    assert episode.verifier["success_rate"] == episode.outcome == solved / 4
+    assert episode.verifier["correct"] == [True] * solved + [False] * (4 - solved)
+    assert episode.rewards == pytest.approx({"proposer": proposer, "solver": solver})
+    assert not episode.errors
+
+
+def test_a_malformed_solver_attempt_counts_wrong_and_costs_its_share_of_the_format_penalty() -> None:
+    answers = ["<answer>ANSWER: 79</answer>", "79", "<answer>hmm</answer>", "<answer>ANSWER: 79</answer>"]
+    episode = proposer_game("<answer>PROBLEM: 12*(3+4)-5</answer>", answers)
+    assert episode.verifier["answers"] == ["79", None, None, "79"]
+    assert len(episode.errors) == 2
+    # rate 0.5: proposer 1.0; solver 0.5 - 0.5 * 2/4
+    assert episode.rewards == pytest.approx({"proposer": 1.0, "solver": 0.25})
+
+
+@pytest.mark.parametrize(
+    ("proposal", "why"),
+    [
+        ("PROBLEM: 1 + 2", "expected '<answer>"),  # no tags
+        ("<answer>1 + 2</answer>", "no problem"),  # no PROBLEM: marker
+        ("<answer>PROBLEM:</answer>", "no problem"),
+        ("<answer>PROBLEM: __import__('os').system('true')</answer>", "not allowed"),
+        ("<answer>PROBLEM: (1 + 2</answer>", "not an arithmetic expression"),
+        ("<answer>PROBLEM: 10 ** 100</answer>", "not allowed"),
+        ("<answer>PROBLEM: 7 // (3 - 3)</answer>", "division by zero"),
+        ("<answer>PROBLEM: 1234567 + 1</answer>", "max_operand"),
+        ("<answer>PROBLEM: 1" + " + 1" * 13 + "</answer>", "max_operations"),
+        ("<answer>PROBLEM: 999999 * 999999 * 999999</answer>", "max_value"),
+        ("<answer>PROBLEM: " + "1+" * 150 + "1</answer>", "max_chars"),
+    ],
+)
+def test_an_invalid_proposal_gets_the_penalty_and_the_solver_does_not_play(proposal, why) -> None:
+    log: list = []
+    episode = proposer_game(proposal, [], log)
+    assert [c.role for c in log] == ["proposer"]
+    (turn,) = episode.turns
+    assert why in turn.error and episode.errors == [turn.error]
+    v = episode.verifier
+    assert not v["valid"] and v["invalid_reason"] == turn.error and v["difficulty"] is None
+    assert v["success_rate"] == episode.outcome == 0.0 and v["solved"] is False
+    assert episode.rewards == {"proposer": -1.0}
+    cfg = PS.model_copy(update={"invalid_penalty": -0.3})
+    assert proposer_game(proposal, [], cfg=cfg).rewards == {"proposer": -0.3}
+
+
+def test_on_the_engine_the_k_attempts_of_all_episodes_are_one_batch() -> None:
+    def respond(req) -> str:
+        return (
+            "<answer>PROBLEM: 6 * 7</answer>"
+            if req.prompt.startswith("### proposer")
+            else "<answer>ANSWER: 42</answer>"
+        )
+
+    policy = ScriptedPolicy(respond)
+    engine = Engine({"p": policy})
+    team = Team({role: Seat(policy="p") for role in PS.order}, engine)
+    episodes = engine.run([lambda g=g: proposer_solver(team, SEED, PS, group=g) for g in range(3)])
+    assert policy.batch_sizes == [3, 12]  # the proposers, then 3 x K = 4 solver attempts
+    assert [e.group for e in episodes] == [0, 1, 2]
+    assert all(e.outcome == 1.0 and len(e.turns) == 5 for e in episodes)
+
+
+# ---------------------------------------------------------------- the safe evaluator
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "operations", "depth"),
+    [
+        ("42", 42, 0, 0),
+        (" 2 + 3 * 4 ", 14, 2, 2),
+        ("(2 + 3) * 4", 20, 2, 2),
+        ("-7 // 2", -4, 2, 2),  # floor division as in Python
+        ("-7 % 3", 2, 2, 2),
+        ("((((5))))", 5, 0, 0),
+        ("100 - 2 * (3 + 4) % 5", 96, 4, 4),
+    ],
+)
+def test_the_evaluator_accepts_integer_arithmetic(text, value, operations, depth) -> None:
+    evaluated = evaluate_expression(text)
+    assert (evaluated.value, evaluated.operations, evaluated.depth) == (value, operations, depth)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", "empty"),
+        ("__import__('os')", "characters"),
+        ("open('/etc/passwd').read()", "characters"),
+        ("1.5 + 2", "characters"),
+        ("1_000 + 1", "characters"),
+        ("x + 1", "characters"),
+        ("[1, 2]", "characters"),
+        ("7 / 2", "not allowed"),
+        ("2 ** 64", "not allowed"),
+        ("2 < 3", "characters"),
+        ("1 +", "not an arithmetic expression"),
+        ("()", "not allowed"),  # an empty tuple
+        ("(" * 120 + "1" + ")" * 120, "max_chars"),
+        ("5 % 0", "division by zero"),
+        ("10 ** 7", "not allowed"),
+        ("-" * 13 + "1", "max_operations"),
+    ],
+)
+def test_the_evaluator_rejects_everything_else(text, why) -> None:
+    with pytest.raises(UnsafeExpression, match=why):
+        evaluate_expression(text)
+
+
+def test_the_evaluator_limits_are_its_arguments() -> None:
+    with pytest.raises(UnsafeExpression, match="max_operand=9"):
+        evaluate_expression("10 + 1", max_operand=9)
+    with pytest.raises(UnsafeExpression, match="max_value=100"):
+        evaluate_expression("50 * 3 - 100", max_value=100)
+    with pytest.raises(UnsafeExpression, match="max_operations=1"):
+        evaluate_expression("1 + 2 + 3", max_operations=1)
+    assert evaluate_expression("1 + 2 + 3", max_operations=2).value == 6
+
+
+def test_config_is_checked() -> None:
+    assert SelfPlayConfig().order == ["generator", "judge"]
+    assert SelfPlayConfig(game="proposer_solver").order == ["proposer", "solver"]
+    with pytest.raises(ValidationError, match="roles.solver is not a role of game 'generator_judge'"):
+        SelfPlayConfig(roles={"solver": {}})
+    with pytest.raises(ValidationError, match="game"):
+        SelfPlayConfig(game="chess")
+    with pytest.raises(ValidationError, match="target_rate"):
+        SelfPlayConfig(target_rate=1.5)
+    with pytest.raises(ValidationError, match="invalid_penalty"):
+        SelfPlayConfig(invalid_penalty=0.5)
