@@ -32,12 +32,14 @@ TINY_RUN = SMALL + [
 ]
 TRAINED, FROZEN = ("coder", "reviewer"), ("planner", "tester")
 
+torch.set_num_threads(1)  # the base is built before any Trainer sets run.threads
+
 
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray")
     # 3 logical CPUs (on however many cores): the one-worker run's worker lives as long as the module
-    ray.init(num_cpus=3, include_dashboard=False, logging_level="ERROR")
+    ray.init("local", num_cpus=3, include_dashboard=False, logging_level="ERROR")
     yield ray
     ray.shutdown()
 

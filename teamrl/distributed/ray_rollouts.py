@@ -55,23 +55,35 @@ class RayRollouts:
 
         self.cfg, self.policies, self.stats = cfg, policies, stats
         r = cfg.ray
-        self._started_ray = False
+        self._connected = False  # whether this pool called ray.init (and so calls ray.shutdown)
         if not ray.is_initialized():
             address = r.address or os.environ.get("RAY_ADDRESS")
             if address:
-                ray.init(address=address, logging_level=logging.WARNING)
+                try:
+                    ray.init(address=address, logging_level=logging.WARNING)
+                except ConnectionError as exc:
+                    source = "ray.address" if r.address else "RAY_ADDRESS"
+                    raise ConfigError(
+                        f"{source}: cannot join the Ray cluster at {address!r} ({exc}); start it (ray start "
+                        "--head), fix the address, or unset it for a local instance. A cluster with token "
+                        "authentication also needs RAY_AUTH_MODE=token and its token here"
+                    ) from None
             else:  # a local instance: as many logical CPUs as the workers reserve, whatever the machine has
                 cpus = math.ceil(r.num_rollout_workers * r.num_cpus_per_worker)
-                ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
-            self._started_ray = True
-        gpus = ray.cluster_resources().get("GPU", 0.0)
-        if r.num_gpus_per_worker * r.num_rollout_workers > gpus:
-            log.warning(
-                "ray: %d workers x %s GPUs asked for, the cluster has %s: workers wait for GPUs to appear",
-                r.num_rollout_workers,
-                r.num_gpus_per_worker,
-                gpus,
-            )
+                ray.init("local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+            self._connected = True
+        have = ray.cluster_resources()
+        for kind, each in (("CPU", r.num_cpus_per_worker), ("GPU", r.num_gpus_per_worker)):
+            if r.num_rollout_workers * each > have.get(kind, 0.0):
+                log.warning(
+                    "ray: %d rollout workers x %s %ss asked for, the cluster has %s: the workers wait until "
+                    "it has them (lower ray.num_rollout_workers or ray.num_%ss_per_worker if it never will)",
+                    r.num_rollout_workers,
+                    each,
+                    kind,
+                    have.get(kind, 0.0),
+                    kind.lower(),
+                )
         self._actor = ray.remote(RolloutWorker).options(
             num_cpus=r.num_cpus_per_worker, num_gpus=r.num_gpus_per_worker, max_restarts=0
         )
@@ -210,12 +222,13 @@ class RayRollouts:
         return ray.get([w.adapter_fingerprints.remote() for w in self.workers])
 
     def close(self) -> None:
-        """Stop the workers, and the local Ray instance if this pool started it."""
+        """Stop the workers; leave Ray if this pool joined it (which stops a local instance it started,
+        not a cluster)."""
         import ray
 
         for worker in self.workers:
             ray.kill(worker, no_restart=True)
         self.workers, self._held = [], []
-        if self._started_ray:
+        if self._connected:
             ray.shutdown()
-            self._started_ray = False
+            self._connected = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import transformers
 
 from teamrl.config import Config
 from teamrl.engine.engine import Engine
@@ -40,6 +41,7 @@ class RolloutWorker:
 
     def __init__(self, cfg: Config) -> None:
         torch.set_num_threads(cfg.run.threads)
+        transformers.utils.logging.disable_progress_bar()  # the driver shows progress, not every worker
         self.cfg = cfg
         self.sandbox = build_sandbox(cfg)
         self.policies = build_policies(cfg, progress=False)
