@@ -41,6 +41,7 @@ def _result_table(summary: dict[str, Any], roles: list[str]) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from teamrl.distributed import RolloutWorkerLost
     from teamrl.trainer.trainer import Trainer, resume_config
 
     if args.resume:
@@ -67,6 +68,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; continue with: teamrl train --resume {run_dir}", file=sys.stderr)
         return 130
+    except RolloutWorkerLost as exc:
+        print(f"teamrl: {exc}\ncontinue with: teamrl train --resume {run_dir}", file=sys.stderr)
+        return 1
     finally:
         trainer.close()
     _result_table(summary, cfg.workflow.order)

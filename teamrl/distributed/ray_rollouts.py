@@ -181,8 +181,8 @@ class RayRollouts:
                 retries[i] += 1
                 if retries[i] > self.cfg.ray.max_retries:
                     raise RolloutWorkerLost(
-                        f"rollout worker {i} died {retries[i]} times playing the same {len(shards[i])} tasks "
-                        f"(ray.max_retries={self.cfg.ray.max_retries}); last error: {exc}"
+                        f"rollout worker {i} died playing its share of {len(shards[i])} tasks, on all "
+                        f"{retries[i]} tries (ray.max_retries={self.cfg.ray.max_retries}); last error: {exc}"
                     ) from None
                 self._replace(i, type(exc).__name__)
                 pending[self._submit(i, versions, payloads, calls[i])] = i
