@@ -49,6 +49,7 @@ def _result_table(summary: dict[str, Any], cfg: Config) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from teamrl.distributed import RolloutWorkerLost
     from teamrl.trainer.trainer import Trainer, resume_config
 
     if args.resume:
@@ -57,8 +58,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             return 2
         run_dir = Path(args.resume)
         cfg = resume_config(run_dir)
+        if args.backend:
+            cfg.run.backend = args.backend
     else:
-        cfg = load_config(args.config, args.set)
+        cfg = load_config(args.config, args.set + ([f"run.backend={args.backend}"] if args.backend else []))
         run_dir = _run_dir(cfg)
         if run_dir.exists() and any(run_dir.iterdir()):
             print(
@@ -73,6 +76,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; continue with: teamrl train --resume {run_dir}", file=sys.stderr)
         return 130
+    except RolloutWorkerLost as exc:
+        print(f"teamrl: {exc}\ncontinue with: teamrl train --resume {run_dir}", file=sys.stderr)
+        return 1
+    finally:
+        trainer.close()
     _result_table(summary, cfg)
     _write_run_report(run_dir)
     return 0
@@ -97,8 +105,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = resume_config(run_dir)
     if args.n:
         cfg.tasks.heldout_size = args.n
+    if args.backend:
+        cfg.run.backend = args.backend
     trainer = Trainer(cfg, run_dir, resume=True)
-    result = trainer.evaluate("eval", save_episodes=True)
+    try:
+        result = trainer.evaluate("eval", save_episodes=True)
+    finally:
+        trainer.close()
     _result_table({"run_dir": str(run_dir), "evals": [result]}, cfg)
     return 0
 
@@ -161,6 +174,12 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+_BACKEND_HELP = (
+    "where rollouts run (default: the config's run.backend, local): local, in this process; ray, on Ray "
+    "actors of the cluster in RAY_ADDRESS (or ray.address), else of a local Ray instance"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teamrl", description="Train teams of LLM agents with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -168,10 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML config (default: the defaults in teamrl/config.py)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run where it left off")
+    p.add_argument("--backend", choices=["local", "ray"], help=_BACKEND_HELP)
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("eval", help="evaluate a run's latest checkpoint on held-out tasks")
     p.add_argument("run_dir")
     p.add_argument("--n", type=int, default=0, help="number of held-out tasks (default: the run's)")
+    p.add_argument("--backend", choices=["local", "ray"], help=_BACKEND_HELP)
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser(
         "report",

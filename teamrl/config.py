@@ -533,7 +533,28 @@ class SandboxConfig(_Strict):
     check_timeout_s: float = Field(1.0, gt=0)
 
 
+class RayConfig(_Strict):
+    """The Ray backend (``run.backend: ray``): rollout workers as Ray actors; see the README's "Ray"."""
+
+    address: str | None = Field(
+        None,
+        description="the Ray cluster to join ('auto', 'HEAD_IP:6379', 'ray://HEAD_IP:10001'); default: the "
+        "environment's RAY_ADDRESS, else a new local Ray instance on this machine",
+    )
+    num_rollout_workers: int = Field(2, ge=1, description="Ray actors that play the rollouts' episodes")
+    num_cpus_per_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each rollout worker")
+    num_gpus_per_worker: float = Field(0.0, ge=0, description="GPUs Ray reserves for each rollout worker")
+    max_retries: int = Field(
+        3, ge=0, description="a share of a rollout whose worker died is retried on a replacement this often"
+    )
+
+
 class RunConfig(_Strict):
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="local: everything in this process; ray: rollout workers are Ray actors (section `ray`; "
+        "pip install 'teamrl[ray]')",
+    )
     seed: int = 0
     out_dir: str = "runs"
     name: str | None = Field(None, description="run directory name (default: derived from time and seed)")
@@ -547,6 +568,7 @@ class RunConfig(_Strict):
 
 class Config(_Strict):
     run: RunConfig = Field(default_factory=RunConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
     tasks: Annotated[TasksConfig | ReasoningTasksConfig, Field(discriminator="suite")] = Field(
         default_factory=TasksConfig
     )

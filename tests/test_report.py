@@ -344,6 +344,9 @@ def test_cli_train_writes_the_report_at_the_end_and_a_failure_only_warns(
             make_team_run(self.run_dir)
             return {"run_dir": str(self.run_dir), "evals": []}
 
+        def close(self):
+            pass
+
     fake = types.ModuleType("teamrl.trainer.trainer")
     fake.Trainer, fake.resume_config = FakeTrainer, None
     monkeypatch.setitem(sys.modules, "teamrl.trainer.trainer", fake)

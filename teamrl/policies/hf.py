@@ -351,18 +351,32 @@ class HFPolicy:
                     f"adapter {name!r} (r={have.r}, alpha={have.lora_alpha}): load it under a new name"
                 )
         weights = load_peft_weights(str(directory), device=str(self.base.device))
+        self._copy_weights(name, weights, source=str(directory))
+
+    def adapter_state_dict(self, name: str) -> dict[str, torch.Tensor]:
+        """A CPU copy of adapter ``name``'s LoRA weights, keyed as peft saves them: what a Ray rollout
+        worker is sent (:meth:`load_adapter_state_dict` on a policy with the same base loads it)."""
+        self._check(name)
+        return {key: param.detach().cpu().clone() for key, param in self._params[name].items()}
+
+    def load_adapter_state_dict(self, name: str, weights: dict[str, torch.Tensor]) -> None:
+        """Overwrite the existing adapter ``name`` with weights from :meth:`adapter_state_dict`."""
+        self._check(name)
+        self._copy_weights(name, weights, source="the state dict")
+
+    def _copy_weights(self, name: str, weights: dict[str, torch.Tensor], source: str) -> None:
         params = self._params[name]
         missing, unexpected = params.keys() - weights.keys(), weights.keys() - params.keys()
         if missing or unexpected:
             raise ValueError(
-                f"adapter weights in {directory} do not fit adapter {name!r}: missing {sorted(missing)[:3]}, "
+                f"adapter weights in {source} do not fit adapter {name!r}: missing {sorted(missing)[:3]}, "
                 f"unexpected {sorted(unexpected)[:3]}; was it saved from the same base model?"
             )
         with torch.no_grad():
             for key, param in params.items():
                 if weights[key].shape != param.shape:
                     raise ValueError(
-                        f"{directory}: {key} has shape {tuple(weights[key].shape)}, "
+                        f"{source}: {key} has shape {tuple(weights[key].shape)}, "
                         f"adapter {name!r} expects {tuple(param.shape)}"
                     )
                 param.copy_(weights[key])

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from teamrl.algorithms import grpo_loss, role_relative_advantages, team_relative_advantages
 from teamrl.atomic import atomic_directory, atomic_write_text, recover_directory
 from teamrl.config import Config, dump_config, load_config
+from teamrl.distributed import RayRollouts, require_ray
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy
@@ -82,6 +83,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.progress = cfg.run.progress
         torch.set_num_threads(cfg.run.threads)
+        if cfg.run.backend == "ray":
+            require_ray()  # before the run directory or any model is made
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics = JsonlLog(self.run_dir / "metrics.jsonl")
         self.state = TrainerState()
@@ -94,6 +97,8 @@ class Trainer:
         self.policies = build_policies(cfg, progress=self.progress)
         self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
         self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
+        # backend ray: Ray actors play the rollouts; the learner, counterfactual replays and credit stay here
+        self.remote = RayRollouts(cfg, self.policies, self.engine.stats) if cfg.run.backend == "ray" else None
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self._tb = None
         self.live = LiveTable(cfg.workflow.order)  # the per-iteration table printed with the progress bar
@@ -145,7 +150,10 @@ class Trainer:
 
         self.team.share_turns(share)
         try:
-            episodes = self.engine.run([factory(t, g) for t in tasks for g in range(group_size)])
+            if self.remote is not None:
+                episodes = self.remote.rollout(tasks, group_size, share)
+            else:
+                episodes = self.engine.run([factory(t, g) for t in tasks for g in range(group_size)])
         finally:
             self.team.share_turns()
         for ep in episodes:
@@ -415,6 +423,11 @@ class Trainer:
             self._optimizer(role).load_state_dict(sd)
         if self.critic is not None:
             self.critic.load(ckpt / "critic")
+
+    def close(self) -> None:
+        """Stop the Ray rollout workers (and a Ray instance the run started); nothing to do locally."""
+        if self.remote is not None:
+            self.remote.close()
 
     def _budget_spent(self) -> bool:
         budget = self.cfg.recipe.token_budget

@@ -1,0 +1,95 @@
+"""A rollout worker: the policies, engine, team and sandbox of one process, playing a share of a rollout.
+
+It runs inside a Ray actor (:class:`teamrl.distributed.RayRollouts` wraps it with ``ray.remote``) but
+imports nothing of Ray, so it is also an ordinary object in this process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import transformers
+
+from teamrl.config import Config
+from teamrl.engine.engine import Engine
+from teamrl.policies.hf import HFPolicy
+from teamrl.protocol import Episode
+from teamrl.trainer.build import Task, build_policies, build_sandbox, build_team, play_episode
+
+AdapterWeights = dict[str, dict[str, dict[str, torch.Tensor]]]
+"""policy name -> adapter name -> that adapter's LoRA state dict (``HFPolicy.adapter_state_dict``)."""
+
+
+@dataclass
+class ShardResult:
+    """The verified episodes of one share of a rollout (credit not yet assigned) and the engine's
+    counters for it."""
+
+    episodes: list[Episode]
+    generated_tokens: int
+    generate_s: float
+    batch_sizes: list[int]
+
+
+class RolloutWorker:
+    """Builds every policy of ``cfg`` as the trainer does (the embedded base from the same cache, the
+    adapters as the driver sends them) and plays episodes with the async engine; each episode is
+    verified in its own sandbox process, here in the worker."""
+
+    def __init__(self, cfg: Config) -> None:
+        torch.set_num_threads(cfg.run.threads)
+        transformers.utils.logging.disable_progress_bar()  # the driver shows progress, not every worker
+        self.cfg = cfg
+        self.sandbox = build_sandbox(cfg)
+        self.policies = build_policies(cfg, progress=False)
+        self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
+        self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
+
+    def base_fingerprints(self) -> dict[str, str]:
+        """Hash of each local policy's base weights, for the driver to compare with its own."""
+        return {name: p.fingerprint(None) for name, p in self.policies.items() if isinstance(p, HFPolicy)}
+
+    def adapter_fingerprints(self) -> dict[str, str]:
+        """``policy/adapter`` -> hash of the adapter's weights as this worker holds them."""
+        return {
+            f"{name}/{adapter}": p.fingerprint(adapter)
+            for name, p in self.policies.items()
+            if isinstance(p, HFPolicy)
+            for adapter in p.adapter_names
+        }
+
+    def rollout(
+        self,
+        weights: AdapterWeights,
+        tasks: list[Task],
+        group_size: int,
+        share: frozenset[str],
+        seed: int,
+        rng_state: torch.Tensor | None = None,
+    ) -> ShardResult:
+        """Load ``weights``, then play ``group_size`` episodes of every task (as ``Trainer.rollout`` does
+        in-process), sampling from ``seed`` or, when given, from the CPU generator state ``rng_state``."""
+        for policy, adapters in weights.items():
+            for adapter, state in adapters.items():
+                self.policies[policy].load_adapter_state_dict(adapter, state)  # type: ignore[union-attr]
+        torch.manual_seed(seed)  # every device's generator
+        if rng_state is not None:
+            torch.set_rng_state(rng_state)
+        stats = self.engine.stats
+        tokens, generate_s, batches = stats.generated_tokens, stats.generate_s, len(stats.batch_sizes)
+
+        def factory(task: Task, g: int):
+            return lambda: play_episode(self.cfg, self.team, task, self.sandbox, group=g)
+
+        self.team.share_turns(share)
+        try:
+            episodes = self.engine.run([factory(t, g) for t in tasks for g in range(group_size)])
+        finally:
+            self.team.share_turns()
+        return ShardResult(
+            episodes=episodes,
+            generated_tokens=stats.generated_tokens - tokens,
+            generate_s=stats.generate_s - generate_s,
+            batch_sizes=stats.batch_sizes[batches:],
+        )

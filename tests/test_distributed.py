@@ -1,0 +1,214 @@
+"""The Ray backend on a tiny run: one worker plays exactly the local run, two workers match it within
+noise, a worker killed mid-rollout is replaced and its share retried, and without Ray the CLI says how
+to install it. One local Ray instance serves the whole module."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import SMALL
+
+from teamrl.cli import main as cli_main
+from teamrl.config import ConfigError, load_config
+from teamrl.trainer.build import embedded_checkpoint
+from teamrl.trainer.trainer import Trainer
+
+# Stronger than SMALL alone, so that some turns parse and rewards differ within groups: every trained
+# adapter then gets a non-zero advantage and moves.
+TINY_RUN = SMALL + [
+    "policies.default.embedded.steps=300",
+    "policies.default.embedded.batch_size=8",
+    "policies.default.embedded.lr=1e-2",
+    "recipe.sft.demo_episodes=16",
+    "recipe.sft.lr=1e-2",
+    "algorithm.group_size=4",
+    "algorithm.tasks_per_iteration=3",
+    "run.eval_each_phase=false",
+]
+TRAINED, FROZEN = ("coder", "reviewer"), ("planner", "tester")
+
+torch.set_num_threads(1)  # the base is built before any Trainer sets run.threads
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    # 3 logical CPUs (on however many cores): the one-worker run's worker lives as long as the module
+    ray.init("local", num_cpus=3, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One embedded base, built up front, for every run (and every Ray worker) of the module."""
+    path = tmp_path_factory.mktemp("base")
+    cfg = load_config(overrides=TINY_RUN + [f"policies.default.embedded.cache_dir={path}"])
+    embedded_checkpoint(cfg, cfg.policies["default"], progress=False)
+    return path
+
+
+def tiny_trainer(cache: Path, run_dir: Path, *overrides: str) -> Trainer:
+    torch.manual_seed(0)  # the same LoRA initialisation for every run of this process
+    cfg = load_config(overrides=TINY_RUN + [f"policies.default.embedded.cache_dir={cache}", *overrides])
+    return Trainer(cfg, run_dir)
+
+
+def learning_rows(run_dir: Path) -> list[dict[str, float]]:
+    """The metrics of a run except timings and throughputs."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def local_run(cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Trainer:
+    trainer = tiny_trainer(cache, tmp_path_factory.mktemp("local") / "run")
+    trainer.fit()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def one_worker_run(ray_instance, cache: Path, tmp_path_factory: pytest.TempPathFactory):
+    trainer = tiny_trainer(
+        cache, tmp_path_factory.mktemp("ray1") / "run", "run.backend=ray", "ray.num_rollout_workers=1"
+    )
+    trainer.fit()
+    yield trainer
+    trainer.close()
+
+
+def test_one_ray_worker_plays_exactly_the_local_run(one_worker_run, local_run):
+    trainer = one_worker_run
+    assert trainer.remote is not None and trainer.remote.replacements == 0
+    # Same seed, same episodes: worker 0 continues the driver's RNG stream with the driver's weights.
+    assert learning_rows(trainer.run_dir) == learning_rows(local_run.run_dir)
+    assert trainer.fingerprints() == local_run.fingerprints()
+    (worker,) = trainer.remote.adapter_fingerprints()
+    assert worker == {f"default/{r}": trainer.policy_of(r).fingerprint(r) for r in TRAINED + FROZEN}
+
+
+def test_a_share_that_loses_its_worker_too_often_stops_the_rollout(one_worker_run, ray_instance, monkeypatch):
+    from teamrl.distributed import RolloutWorkerLost
+
+    trainer = one_worker_run
+    pool = trainer.remote
+    monkeypatch.setattr(trainer.cfg.ray, "max_retries", 0)
+    submit = pool._submit
+
+    def submit_and_kill(i, *args):
+        ref = submit(i, *args)
+        ray_instance.kill(pool.workers[i])
+        return ref
+
+    monkeypatch.setattr(pool, "_submit", submit_and_kill)
+    with pytest.raises(RolloutWorkerLost, match=r"share of 2 tasks, on all 1 tries \(ray.max_retries=0\)"):
+        trainer.rollout(trainer.suite.fixed_set("train", 2), 2)
+
+
+def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local_run, cache, tmp_path):
+    trainer = tiny_trainer(cache, tmp_path / "run", "run.backend=ray", "ray.num_rollout_workers=2")
+    pool = trainer.remote
+    assert pool is not None
+    calls, killed_in_flight = [], []
+    submit = pool._submit
+
+    def submit_and_kill_worker0_on_its_second_call(i, *args):
+        ref = submit(i, *args)
+        calls.append(i)
+        if i == 0 and calls.count(0) == 2:  # the first RL iteration (the first call is the SFT evaluation)
+            handle = pool.workers[0]
+
+            def kill() -> None:
+                ready, _ = ray_instance.wait([ref], timeout=0)
+                killed_in_flight.append(not ready)
+                ray_instance.kill(handle)
+
+            threading.Timer(0.1, kill).start()
+        return ref
+
+    pool._submit = submit_and_kill_worker0_on_its_second_call
+    sizes: list[int] = []
+    rollout = trainer.rollout
+
+    def counted(tasks, group_size, share=frozenset()):
+        episodes = rollout(tasks, group_size, share)
+        sizes.append(len(episodes))
+        assert len(episodes) == len(tasks) * group_size
+        assert [e.task_id for e in episodes[::group_size]] == [t.task_id for t in tasks]
+        return episodes
+
+    trainer.rollout = counted
+    try:
+        summary = trainer.fit()
+        fit_calls = list(calls)
+        workers = pool.adapter_fingerprints()
+        # the same weights, 48 held-out episodes played by the two workers, then by the local engine
+        tasks = trainer.suite.fixed_set("heldout", 24)
+        torch.manual_seed(1)
+        on_ray = rollout(tasks, 2)
+        trainer.remote = None
+        torch.manual_seed(1)
+        in_process = rollout(tasks, 2)
+    finally:
+        trainer.remote = pool
+        trainer.close()
+
+    assert killed_in_flight == [True] and pool.replacements == 1
+    assert fit_calls.count(0) == 5  # 2 evaluations + 2 iterations + the retry
+    assert sizes == [6, 12, 12, 6]  # 3 held-out tasks x 2 samples, 3 tasks x 4 teams, ...
+    assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_rl"]
+    # every trained adapter moved from its SFT snapshot, the frozen ones did not
+    for role in TRAINED:
+        assert trainer.policy_of(role).fingerprint(role) != trainer.policy_of(role).fingerprint(f"ref_{role}")
+    for role in FROZEN:
+        assert trainer.policy_of(role).fingerprint(role) == trainer.policy_of(role).fingerprint(f"ref_{role}")
+    # both workers (the replacement too) hold the driver's adapters
+    driver = {f"default/{r}": trainer.policy_of(r).fingerprint(r) for r in TRAINED + FROZEN}
+    assert workers == [driver, driver]
+    # Same seed, other sampling streams (each worker its own): the run's metrics have the local run's keys
+    # and magnitude (a loose bound: 36 episodes, 3 to 12 distinct samples per role and iteration) ...
+    mine, local = learning_rows(tmp_path / "run"), learning_rows(local_run.run_dir)
+    assert [sorted(r) for r in mine] == [sorted(r) for r in local]
+    assert abs(mean_role_reward(mine) - mean_role_reward(local)) <= 0.3
+    # ... and with the same weights the workers sample what the local engine samples, within noise.
+    a, b = torch.tensor(team_rewards(on_ray)), torch.tensor(team_rewards(in_process))
+    noise = (a.var() / len(a) + b.var() / len(b)).sqrt()
+    assert abs(a.mean() - b.mean()) <= 4 * noise + 1e-6, (a.mean(), b.mean(), noise)
+
+
+def mean_role_reward(rows: list[dict[str, float]]) -> float:
+    values = [v for r in rows for k, v in r.items() if k.startswith(("rollout/reward/", "eval/reward/"))]
+    return sum(values) / len(values)
+
+
+def team_rewards(episodes) -> list[float]:
+    return [sum(e.rewards.values()) / len(e.rewards) for e in episodes]
+
+
+def test_without_ray_the_cli_names_the_extra_to_install(tmp_path, monkeypatch, capsys):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a)
+    )
+    code = cli_main(["train", "--backend", "ray", "--set", f"run.out_dir={tmp_path}", "--set", "run.name=r"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "pip install 'teamrl[ray]'" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # stopped before the run directory or any model was made
+
+
+def test_the_backend_and_ray_settings_are_checked_at_load_time(tmp_path):
+    cfg = load_config(overrides=["run.backend=ray", "ray.num_rollout_workers=3", "ray.address=auto"])
+    assert (cfg.run.backend, cfg.ray.num_rollout_workers, cfg.ray.address) == ("ray", 3, "auto")
+    assert load_config().run.backend == "local"
+    for bad, key in (
+        ("run.backend=spark", "run.backend"),
+        ("ray.num_rollout_workers=0", "ray.num_rollout_workers"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            load_config(overrides=[bad])
