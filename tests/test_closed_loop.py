@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 from test_trainer import SMALL
+from trainer_spy import record_updates
 
 import teamrl.recipes.closed_loop as closed_loop
 from teamrl.config import ConfigError, load_config
@@ -72,23 +73,6 @@ def closed_loop_cfg(tmp_path, *overrides: str):
     )
 
 
-def spy_updates(trainer: Trainer, monkeypatch) -> list:
-    """Record, for every update, the roles it trained and the fingerprints that changed in it."""
-    seen = []
-    original = trainer.update
-
-    def spy(episodes, roles):
-        before = trainer.fingerprints()
-        stats = original(episodes, roles)
-        after = trainer.fingerprints()
-        skipped = {r for r in roles if stats.get(f"train/{r}/skipped")}
-        seen.append((roles, skipped, {k for k in before if before[k] != after[k]}))
-        return stats
-
-    monkeypatch.setattr(trainer, "update", spy)
-    return seen
-
-
 def test_each_round_trains_the_role_the_measurement_found_weakest(tmp_path, monkeypatch):
     cfg = closed_loop_cfg(tmp_path, "recipe.roles=[coder,reviewer,tester]", "recipe.rounds=2")
     trainer = Trainer(cfg, tmp_path / "run")
@@ -117,7 +101,7 @@ def test_each_round_trains_the_role_the_measurement_found_weakest(tmp_path, monk
         return scripted[len(calls) - 1]
 
     monkeypatch.setattr(closed_loop, "measure_roles", measure)
-    seen = spy_updates(trainer, monkeypatch)
+    seen = record_updates(trainer, monkeypatch)
     summary = trainer.fit()
 
     assert calls == [(0, ["coder", "reviewer", "tester"]), (1, ["coder", "reviewer", "tester"])]
@@ -175,7 +159,7 @@ def test_one_real_round_measures_every_role_and_trains_the_weakest(tmp_path, mon
         "recipe.closed_loop.probe_samples=1",
     )
     trainer = Trainer(cfg, tmp_path / "run")
-    seen = spy_updates(trainer, monkeypatch)
+    seen = record_updates(trainer, monkeypatch)
     trainer.fit()
     (decision,) = [
         json.loads(line) for line in (tmp_path / "run" / "closed_loop.jsonl").read_text().splitlines()

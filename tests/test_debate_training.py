@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from trainer_spy import record_updates
 
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, dump_config, load_config
@@ -149,28 +150,11 @@ def test_the_expert_debater_errs_sometimes_and_the_judge_finds_the_right_answer(
 
 
 # -- training -------------------------------------------------------------------------------------
-def _record_updates(trainer: Trainer, monkeypatch) -> list[tuple[tuple[str, ...], set[str], set[str]]]:
-    """(roles updated, roles skipped for zero advantages, parameters that changed) of every update."""
-    seen = []
-    original_update = trainer.update
-
-    def spy(episodes, roles):
-        before = trainer.fingerprints()
-        stats = original_update(episodes, roles)
-        after = trainer.fingerprints()
-        skipped = {r for r in roles if stats.get(f"train/{r}/skipped")}
-        seen.append((roles, skipped, {k for k in before if before[k] != after[k]}))
-        return stats
-
-    monkeypatch.setattr(trainer, "update", spy)
-    return seen
-
-
 def test_a_tiny_debate_run_trains_only_the_phase_role_and_evaluates(tiny_cfg, tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     trainer = Trainer(tiny_cfg, run)
     assert trainer.sandbox is None  # a debate checks answers in-process
-    seen = _record_updates(trainer, monkeypatch)
+    seen = record_updates(trainer, monkeypatch)
     summary = trainer.fit()
     assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_rl"]
     assert [roles for roles, _, _ in seen] == [("debater_0",), ("judge",)]  # debater_1 is frozen
@@ -195,7 +179,7 @@ def test_a_joint_mgrpo_debate_run_updates_every_trainable_seat(cache, tmp_path, 
         overrides=[*TINY, cache, "recipe.name=joint", "recipe.iterations=1", "algorithm.name=mgrpo"]
     )
     trainer = Trainer(cfg, tmp_path / "run")
-    seen = _record_updates(trainer, monkeypatch)
+    seen = record_updates(trainer, monkeypatch)
     trainer.fit()
     [(roles, skipped, changed)] = seen
     assert roles == ("debater_0", "judge") and changed == set(roles) - skipped

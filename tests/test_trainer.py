@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from trainer_spy import record_updates
 
 from teamrl.cli import main as cli_main
 from teamrl.config import load_config
@@ -40,18 +41,7 @@ def test_freeze_rotate_run_writes_everything_and_trains_only_the_current_role(
     small_cfg, tmp_path, monkeypatch
 ):
     trainer = Trainer(small_cfg, tmp_path / "run")
-    seen = []
-    original_update = trainer.update
-
-    def spy(episodes, roles):
-        before = trainer.fingerprints()
-        stats = original_update(episodes, roles)
-        after = trainer.fingerprints()
-        skipped = {r for r in roles if stats.get(f"train/{r}/skipped")}
-        seen.append((roles, skipped, {k for k in before if before[k] != after[k]}))
-        return stats
-
-    monkeypatch.setattr(trainer, "update", spy)
+    seen = record_updates(trainer, monkeypatch)
     summary = trainer.fit()
     run = tmp_path / "run"
     assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_round1_coder", "after_rl"]
