@@ -7,6 +7,7 @@ import re
 
 import pytest
 from pydantic import ValidationError
+from scripted_seats import scripted
 
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
@@ -16,19 +17,6 @@ from teamrl.workflows.debate import DebateConfig, assign_debate_rewards, debate,
 
 TASK = ReasoningTask(task_id="t1", question="What is 2 + 3 * 4?", answer=14)
 OPEN = ReasoningTask(task_id="t2", question="How many legs do 2 cats have?", answer=None)  # no ground truth
-
-
-def scripted(log: list, replies: dict[str, list[str]]) -> dict[str, Seat]:
-    """Each role answers from its queue of texts and logs every call it gets."""
-
-    def make(role: str) -> Seat:
-        def script(call):
-            log.append(call)
-            return replies[role].pop(0)
-
-        return Seat(script=script)
-
-    return {role: make(role) for role in replies}
 
 
 def tagging(log: list) -> dict[str, Seat]:

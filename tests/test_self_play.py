@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from pydantic import ValidationError
+from scripted_seats import scripted
 
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
@@ -24,19 +25,6 @@ TASK = ReasoningTask(task_id="t1", question="What is 2 + 3 * 4?", answer=14)
 SEED = ReasoningTask(task_id="s1", question="What is 7 * 8 - 5?", answer=51)
 GJ = SelfPlayConfig(game="generator_judge", generator_sop="Solve.", judge_sop="Judge.")
 PS = SelfPlayConfig(game="proposer_solver", proposer_sop="Propose.", solver_sop="Solve.", solver_samples=4)
-
-
-def scripted(log: list, replies: dict[str, list[str]]) -> dict[str, Seat]:
-    """Each role answers from its queue of texts and logs every call it gets."""
-
-    def make(role: str) -> Seat:
-        def script(call):
-            log.append(call)
-            return replies[role].pop(0)
-
-        return Seat(script=script)
-
-    return {role: make(role) for role in replies}
 
 
 def judge_game(generator: str, judge: str, log: list | None = None, format_penalty: float = 0.5):
