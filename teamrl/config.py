@@ -556,6 +556,12 @@ class RunConfig(_Strict):
         "pip install 'teamrl[ray]')",
     )
     seed: int = 0
+    seeded_sampling: bool = Field(
+        True,
+        description="sample every episode's turns from seeds of (run.seed, iteration or 'eval', task, episode), "
+        "so a run repeats however its requests are batched, and every evaluation uses the same noise "
+        "(false: the process's global generator)",
+    )
     out_dir: str = "runs"
     name: str | None = Field(None, description="run directory name (default: derived from time and seed)")
     threads: int = Field(1, ge=1, description="torch threads; 1 is fastest for small models on 2 cores")

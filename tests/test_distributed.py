@@ -135,8 +135,8 @@ def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local
     sizes: list[int] = []
     rollout = trainer.rollout
 
-    def counted(tasks, group_size, share=frozenset()):
-        episodes = rollout(tasks, group_size, share)
+    def counted(tasks, group_size, share=frozenset(), seed_key=None):
+        episodes = rollout(tasks, group_size, share, seed_key)
         sizes.append(len(episodes))
         assert len(episodes) == len(tasks) * group_size
         assert [e.task_id for e in episodes[::group_size]] == [t.task_id for t in tasks]

@@ -186,8 +186,8 @@ def test_a_mixed_team_on_two_model_sizes_trains_each_role_in_its_own_model(
 
     rollout = trainer.rollout
 
-    def differing_rewards(tasks, group_size, share=frozenset()):  # non-zero advantages for every role
-        episodes = rollout(tasks, group_size, share)
+    def differing_rewards(tasks, group_size, share=frozenset(), seed_key=None):  # non-zero advantages
+        episodes = rollout(tasks, group_size, share, seed_key)
         for ep in episodes:
             ep.rewards = {r: float(ep.group) for r in ep.rewards}
         return episodes

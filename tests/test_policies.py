@@ -23,6 +23,7 @@ from teamrl.policies import (
     train_tokenizer,
 )
 from teamrl.policies import tiny as tiny_module
+from teamrl.policies.hf import exponential_race
 
 torch.set_num_threads(1)  # the other core is busy; two threads make small matmuls far slower
 
@@ -176,6 +177,33 @@ def test_generate_keeps_request_order_across_groups(built: Path) -> None:
         if req.temperature == 0:
             assert policy.generate([req])[0].completion_ids == gen.completion_ids
     assert policy.generate([]) == []
+
+
+def test_a_seeded_request_samples_the_same_whatever_its_batch(built: Path) -> None:
+    policy = _policy(built, "coder")
+    _perturb(policy, "coder", seed=2)
+    prompts = [p for p, _ in _copy_corpus(8, seed=5)]
+    requests = [GenerationRequest(p, "coder", 8, 1.0, seed=100 + i) for i, p in enumerate(prompts)]
+    together = policy.generate(requests)
+    torch.manual_seed(123)  # the global generator plays no part in a seeded request
+    alone = [policy.generate([r])[0] for r in reversed(requests)][::-1]
+    policy.max_batch_size = 3  # other micro-batches, other padding
+    mixed = policy.generate([GenerationRequest(prompts[0], "coder", 8, 1.0)] + requests[::-1])[1:][::-1]
+    for a, b, c in zip(together, alone, mixed, strict=True):
+        assert a.completion_ids == b.completion_ids == c.completion_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    reseeded = policy.generate([GenerationRequest(r.prompt, "coder", 8, 1.0, seed=7 + r.seed) for r in requests])
+    assert [g.completion_ids for g in reseeded] != [g.completion_ids for g in together]
+
+
+def test_exponential_race_samples_each_token_with_its_probability() -> None:
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    n = 20000
+    logprobs = probs.log().expand(n, -1)
+    tokens = exponential_race(logprobs, [torch.Generator().manual_seed(i) for i in range(n)])[:, 0]
+    freq = torch.bincount(tokens, minlength=5).double() / n
+    assert freq[4] == 0  # a token of probability 0 is never picked
+    assert torch.allclose(freq, probs.double(), atol=0.012)  # 3.5 standard errors at p = 0.5
 
 
 def test_token_logprobs_match_generation_and_only_adapter_gets_grad(built: Path) -> None:

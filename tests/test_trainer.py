@@ -165,3 +165,18 @@ def test_a_run_with_the_planner_served_by_an_openai_endpoint(tmp_path):
     # every episode asked the planner: 2 evaluations of 3 tasks x 2 samples, 2 iterations of 2 x 2 teams
     assert n_requests >= 2 * 3 + 2 * 2 * 2
     assert not (tmp_path / "run" / "checkpoint" / "adapters" / "planner").exists()
+
+
+def test_evaluations_repeat_exactly_however_the_engine_batches(small_cfg, tmp_path):
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    trainer.sft_roles()
+
+    def texts():
+        trainer.evaluate("x", save_episodes=True)
+        rows = (tmp_path / "run" / "episodes" / "eval_x.jsonl").read_text().splitlines()
+        return [[t["text"] for t in json.loads(row)["turns"]] for row in rows]
+
+    first = texts()
+    trainer.engine.max_batch = 1  # one request per policy call: another batching, another interleaving
+    assert texts() == first
+    assert len({tuple(ep) for ep in first}) > 1  # the episodes were sampled, not all alike

@@ -15,7 +15,7 @@ from teamrl.config import Config
 from teamrl.engine.engine import Engine
 from teamrl.policies.hf import HFPolicy
 from teamrl.protocol import Episode
-from teamrl.trainer.build import Task, build_policies, build_sandbox, build_team, play_episode
+from teamrl.trainer.build import Task, build_policies, build_sandbox, build_team, episode_factories
 
 AdapterWeights = dict[str, dict[str, dict[str, torch.Tensor]]]
 """policy name -> adapter name -> that adapter's LoRA state dict (``HFPolicy.adapter_state_dict``)."""
@@ -67,9 +67,11 @@ class RolloutWorker:
         share: frozenset[str],
         seed: int,
         rng_state: torch.Tensor | None = None,
+        seed_key: str | None = None,
     ) -> ShardResult:
         """Load ``weights``, then play ``group_size`` episodes of every task (as ``Trainer.rollout`` does
-        in-process), sampling from ``seed`` or, when given, from the CPU generator state ``rng_state``."""
+        in-process), sampling from ``seed`` or, when given, from the CPU generator state ``rng_state``;
+        with ``seed_key``, from each episode's own seeds (``episode_factories``)."""
         for policy, adapters in weights.items():
             for adapter, state in adapters.items():
                 self.policies[policy].load_adapter_state_dict(adapter, state)  # type: ignore[union-attr]
@@ -79,12 +81,10 @@ class RolloutWorker:
         stats = self.engine.stats
         tokens, generate_s, batches = stats.generated_tokens, stats.generate_s, len(stats.batch_sizes)
 
-        def factory(task: Task, g: int):
-            return lambda: play_episode(self.cfg, self.team, task, self.sandbox, group=g)
-
         self.team.share_turns(share)
         try:
-            episodes = self.engine.run([factory(t, g) for t in tasks for g in range(group_size)])
+            factories = episode_factories(self.cfg, self.team, tasks, group_size, self.sandbox, seed_key)
+            episodes = self.engine.run(factories)
         finally:
             self.team.share_turns()
         return ShardResult(

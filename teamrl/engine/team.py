@@ -7,9 +7,11 @@ scripted rule (tests, demonstrations) is the seat's business.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import hashlib
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from teamrl.engine.engine import Engine
 from teamrl.policies.base import Generation, GenerationRequest
@@ -28,6 +30,39 @@ class RoleCall:
 
 
 ScriptedRole = Callable[[RoleCall], str]
+T = TypeVar("T")
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed that depends on ``parts`` only (their ``str``), the same in every process."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+@dataclass
+class EpisodeSeeds:
+    """The sampling seeds of one episode: its n-th model turn is sampled with ``derive_seed(episode, n)``,
+    and a shared turn (``Team.share_turns``) with a seed of the rollout, the role and the prompt, so
+    whichever episode asks first gets the same sample."""
+
+    rollout: int
+    episode: int
+    calls: int = 0
+
+    def next(self) -> int:
+        self.calls += 1
+        return derive_seed(self.episode, self.calls)
+
+
+_EPISODE_SEEDS: ContextVar[EpisodeSeeds | None] = ContextVar("teamrl_episode_seeds", default=None)
+
+
+async def seeded(episode: Awaitable[T], seeds: EpisodeSeeds | None) -> T:
+    """Await ``episode`` (a workflow coroutine) with its model turns sampled from ``seeds``; run it as its
+    own asyncio task (``Engine.run`` does) so that the seeds stay with this episode."""
+    if seeds is not None:
+        _EPISODE_SEEDS.set(seeds)
+    return await episode
 
 
 @dataclass(frozen=True)
@@ -86,9 +121,14 @@ class Team:
             text = seat.script(RoleCall(role, prompt, kind, round, context or {}))
             return parsed_turn(Turn(role=role, round=round, prompt=prompt, text=text), kind)
         assert self.engine is not None
-        request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, seat.temperature)
+        seeds = _EPISODE_SEEDS.get()
+        shared = role in self.shared_roles
+        seed = None
+        if seeds is not None:
+            seed = derive_seed(seeds.rollout, "shared", role, prompt) if shared else seeds.next()
+        request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, seat.temperature, seed)
         reused = False
-        if role in self.shared_roles:
+        if shared:
             key = (role, prompt)
             first = self._shared.get(key)
             if first is None:

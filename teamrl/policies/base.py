@@ -14,6 +14,10 @@ class GenerationRequest:
     adapter: str | None
     max_new_tokens: int = 64
     temperature: float = 1.0  # 0 = greedy
+    # With a seed, the sample depends on the seed alone, not on which other requests share its batch or
+    # on the process's random state: an evaluation repeats exactly, and two policies sampled with the same
+    # seeds are coupled (see ``HFPolicy._generate_batch``). None: the process's global generator.
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

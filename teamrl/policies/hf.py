@@ -111,6 +111,22 @@ class GenerationBackend(Protocol):
     ) -> list[Generation]: ...
 
 
+def row_generators(seeds: list[int | None]) -> list[torch.Generator]:
+    """One CPU generator per row: seeded rows from their seed, the others from the global generator."""
+    return [
+        torch.Generator().manual_seed(int(torch.randint(2**62, ())) if s is None else s % 2**63) for s in seeds
+    ]
+
+
+def exponential_race(logprobs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row of ``logprobs`` (rows, vocab): ``argmax_v logprobs_v - log E_v``, ``E_v ~ Exp(1)``
+    from the row's own generator, which samples ``v`` with probability ``exp(logprobs_v)``."""
+    noise = torch.empty(logprobs.shape, dtype=torch.float64)  # double: an exact 0 (log -inf) is 2^-53 rare
+    for row, gen in enumerate(generators):
+        noise[row].exponential_(generator=gen)
+    return (logprobs.double() - noise.to(logprobs.device).log()).argmax(-1, keepdim=True)
+
+
 def _strip_adapter(param_name: str, adapter: str) -> str | None:
     """``...q_proj.lora_A.coder.weight`` -> ``...q_proj.lora_A.weight`` if it belongs to ``adapter``."""
     parts = param_name.split(".")
@@ -414,7 +430,9 @@ class HFPolicy:
             idxs.sort(key=lambda i: len(prompt_ids[i]))  # similar lengths together: less padding
             for start in range(0, len(idxs), self.max_batch_size):
                 chunk = idxs[start : start + self.max_batch_size]
-                outs = self._generate_batch([prompt_ids[i] for i in chunk], adapter, temperature, max_new)
+                outs = self._generate_batch(
+                    [prompt_ids[i] for i in chunk], adapter, temperature, max_new, [requests[i].seed for i in chunk]
+                )
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out
         return results  # type: ignore[return-value]  # every slot was filled above
@@ -443,7 +461,12 @@ class HFPolicy:
 
     @torch.inference_mode()
     def _generate_batch(
-        self, prompts: list[list[int]], adapter: str | None, temperature: float, max_new_tokens: int
+        self,
+        prompts: list[list[int]],
+        adapter: str | None,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: list[int | None] | None = None,
     ) -> list[Generation]:
         """Sample (or greedily decode) one micro-batch with a KV cache.
 
@@ -451,6 +474,13 @@ class HFPolicy:
         emits EOS, so the long tail of one slow completion costs one row per step instead of the whole
         batch. Log-probs are ``log_softmax(logits / T)`` of the chosen tokens, the numerics of
         :meth:`token_logprobs`.
+
+        When any row has a seed, every row samples from its own generator (a seedless row's generator is
+        seeded from the global one) by the exponential race: ``argmax_v log p_v - log E_v`` with
+        ``E_v ~ Exp(1)`` drawn from the row's generator, which picks ``v`` with probability ``p_v``. A
+        seeded row's tokens then depend on its seed and its own distribution only; and two policies
+        sampled with the same seeds share the noise, so where their distributions agree they pick the
+        same tokens (common random numbers: the difference of two evaluations is far less noisy).
         """
         device = self.base.device
         width = max(len(p) for p in prompts)
@@ -463,6 +493,7 @@ class HFPolicy:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each row counts from its first token
         sample = temperature > 0
         scale = temperature if sample else 1.0
+        generators = row_generators(seeds) if sample and seeds and any(x is not None for x in seeds) else None
         eos = torch.tensor(self._eos_ids, device=device)
         keep_last = {"logits_to_keep": 1} if self._keeps_logits else {}
         completions: list[list[int]] = [[] for _ in prompts]
@@ -477,7 +508,12 @@ class HFPolicy:
             next_pos = positions[:, -1:] + 1
             for step in range(max_new_tokens):
                 lp = F.log_softmax(out.logits[:, -1].float() / scale, dim=-1)
-                token = torch.multinomial(lp.exp(), 1) if sample else lp.argmax(-1, keepdim=True)
+                if not sample:
+                    token = lp.argmax(-1, keepdim=True)
+                elif generators is None:
+                    token = torch.multinomial(lp.exp(), 1)
+                else:
+                    token = exponential_race(lp, [generators[row] for row in alive])
                 chosen = lp.gather(1, token)[:, 0].tolist()
                 done = torch.isin(token[:, 0], eos)
                 picked = zip(alive, token[:, 0].tolist(), chosen, done.tolist(), strict=True)

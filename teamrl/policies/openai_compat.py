@@ -179,6 +179,8 @@ class OpenAICompatPolicy:
             body["prompt"] = req.prompt
         body["max_tokens"] = req.max_new_tokens
         body["temperature"] = req.temperature  # 0 is greedy, as in GenerationRequest
+        if req.seed is not None:
+            body["seed"] = req.seed % 2**31  # OpenAI's best-effort reproducible sampling; some servers want int32
         if self.stop:
             body["stop"] = self.stop
         return body

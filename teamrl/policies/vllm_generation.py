@@ -167,6 +167,7 @@ class VLLMGenerator:
                 logprobs=0,  # the sampled token's log-prob only
                 stop_token_ids=self._eos_ids,
                 detokenize=False,  # the policy's tokenizer decodes, as HFPolicy.generate does
+                seed=r.seed,  # vLLM's per-request seed (None: the engine's generator)
             )
             for r in requests
         ]

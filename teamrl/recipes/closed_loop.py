@@ -112,7 +112,7 @@ def measure_roles(trainer: Trainer, roles: Sequence[str]) -> Measurement:
 
     def probe() -> list[Episode]:
         torch.manual_seed(trainer.cfg.run.seed + 271828)  # the same sampling noise for every probe
-        return trainer.rollout(tasks, cl.probe_samples)
+        return trainer.rollout(tasks, cl.probe_samples, seed_key="probe")
 
     for policy in trainer.policies.values():
         model = getattr(policy, "model", None)

@@ -9,13 +9,13 @@ import json
 import logging
 import os
 import random
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from teamrl.config import JUDGE, Config, ConfigError, DebateConfig, PolicyConfig, ReasoningTasksConfig
 from teamrl.engine.engine import Engine
-from teamrl.engine.team import Seat, Team
+from teamrl.engine.team import EpisodeSeeds, Seat, Team, derive_seed, seeded
 from teamrl.policies.hf import HFPolicy, LoraSettings, resolve_checkpoint, resolve_device, resolve_dtype
 from teamrl.policies.openai_compat import OpenAICompatPolicy
 from teamrl.policies.sft import SFTSettings
@@ -67,6 +67,28 @@ def play_episode(
     if isinstance(cfg.workflow, DebateConfig):
         return debate(team, task, cfg.workflow, group=group)  # type: ignore[arg-type]
     return pipeline(team, task, cfg.workflow, sandbox, group=group)  # type: ignore[arg-type]
+
+
+def episode_factories(
+    cfg: Config,
+    team: Team,
+    tasks: list[Task],
+    group_size: int,
+    sandbox: Sandbox | None,
+    seed_key: str | None = None,
+) -> list[Callable[[], Awaitable[Episode]]]:
+    """``group_size`` episodes of every task, task by task, for ``Engine.run``. With ``seed_key`` (and
+    ``run.seeded_sampling``), episode ``g`` of a task samples its turns from seeds of (``run.seed``,
+    ``seed_key``, task id, ``g``): the same key plays the same samples however the engine batches them."""
+
+    def factory(task: Task, g: int) -> Callable[[], Awaitable[Episode]]:
+        seeds = None
+        if seed_key is not None and cfg.run.seeded_sampling:
+            rollout = derive_seed(cfg.run.seed, seed_key)
+            seeds = EpisodeSeeds(rollout, derive_seed(rollout, task.task_id, g))
+        return lambda: seeded(play_episode(cfg, team, task, sandbox, group=g), seeds)
+
+    return [factory(t, g) for t in tasks for g in range(group_size)]
 
 
 def assign_rewards(cfg: Config, episode: Episode) -> None:

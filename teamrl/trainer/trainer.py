@@ -38,6 +38,7 @@ from teamrl.trainer.build import (
     build_suite,
     build_team,
     demonstrations,
+    episode_factories,
     play_episode,
 )
 from teamrl.trainer.critic import CentralisedCritic, CriticBatch, TurnKey
@@ -138,22 +139,24 @@ class Trainer:
 
     # -- rollout --------------------------------------------------------------------------------
     def rollout(
-        self, tasks: list[Task], group_size: int, share: frozenset[str] = frozenset()
+        self,
+        tasks: list[Task],
+        group_size: int,
+        share: frozenset[str] = frozenset(),
+        seed_key: str | None = None,
     ) -> list[Episode]:
         """Play ``group_size`` episodes of every task concurrently, verify them and assign credit.
 
         ``share``: roles whose turn is sampled once per distinct prompt and reused by the whole group
-        (the frozen roles of a training phase; see ``Team.share_turns``)."""
-
-        def factory(task: Task, g: int):
-            return lambda: play_episode(self.cfg, self.team, task, self.sandbox, group=g)
-
+        (the frozen roles of a training phase; see ``Team.share_turns``). ``seed_key``: the episodes'
+        sampling seeds (``episode_factories``); None samples from the global generator."""
         self.team.share_turns(share)
         try:
             if self.remote is not None:
-                episodes = self.remote.rollout(tasks, group_size, share)
+                episodes = self.remote.rollout(tasks, group_size, share, seed_key)
             else:
-                episodes = self.engine.run([factory(t, g) for t in tasks for g in range(group_size)])
+                factories = episode_factories(self.cfg, self.team, tasks, group_size, self.sandbox, seed_key)
+                episodes = self.engine.run(factories)
         finally:
             self.team.share_turns()
         for ep in episodes:
@@ -190,7 +193,7 @@ class Trainer:
         for policy in self.policies.values():
             if isinstance(policy, HFPolicy):  # an inference-only endpoint has no local model
                 policy.model.eval()
-        episodes = self.rollout(tasks, self.cfg.run.eval_samples)
+        episodes = self.rollout(tasks, self.cfg.run.eval_samples, seed_key="eval")
         result = {"label": label, "step": self.state.step, **summarize(episodes, prefix="eval/")}
         if save_episodes:
             write_jsonl(self.run_dir / "episodes" / f"eval_{label}.jsonl", (e.model_dump() for e in episodes))
@@ -463,7 +466,7 @@ class Trainer:
                 shared = frozenset(
                     r for r in cfg.workflow.order if r not in phase.roles and cfg.algorithm.share_frozen_turns
                 )
-                episodes = self.rollout(tasks, cfg.algorithm.group_size, shared)
+                episodes = self.rollout(tasks, cfg.algorithm.group_size, shared, seed_key=f"rl{st.step}")
                 credit_stats = self.counterfactual(tasks, episodes, phase.roles)
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
