@@ -558,9 +558,9 @@ class RunConfig(_Strict):
     seed: int = 0
     seeded_sampling: bool = Field(
         True,
-        description="sample every episode's turns from seeds of (run.seed, iteration or 'eval', task, episode), "
-        "so a run repeats however its requests are batched, and every evaluation uses the same noise "
-        "(false: the process's global generator)",
+        description="sample every episode's turns from seeds of (run.seed, iteration or 'eval', task, "
+        "episode), so a run repeats however its requests are batched, and every evaluation uses the same "
+        "noise (false: the process's global generator)",
     )
     out_dir: str = "runs"
     name: str | None = Field(None, description="run directory name (default: derived from time and seed)")

@@ -192,7 +192,9 @@ def test_a_seeded_request_samples_the_same_whatever_its_batch(built: Path) -> No
     for a, b, c in zip(together, alone, mixed, strict=True):
         assert a.completion_ids == b.completion_ids == c.completion_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
-    reseeded = policy.generate([GenerationRequest(r.prompt, "coder", 8, 1.0, seed=7 + r.seed) for r in requests])
+    reseeded = policy.generate(
+        [GenerationRequest(r.prompt, "coder", 8, 1.0, seed=7 + i) for i, r in enumerate(requests)]
+    )
     assert [g.completion_ids for g in reseeded] != [g.completion_ids for g in together]
 
 

@@ -114,7 +114,8 @@ class GenerationBackend(Protocol):
 def row_generators(seeds: list[int | None]) -> list[torch.Generator]:
     """One CPU generator per row: seeded rows from their seed, the others from the global generator."""
     return [
-        torch.Generator().manual_seed(int(torch.randint(2**62, ())) if s is None else s % 2**63) for s in seeds
+        torch.Generator().manual_seed(int(torch.randint(2**62, ())) if s is None else s % 2**63)
+        for s in seeds
     ]
 
 
@@ -430,8 +431,9 @@ class HFPolicy:
             idxs.sort(key=lambda i: len(prompt_ids[i]))  # similar lengths together: less padding
             for start in range(0, len(idxs), self.max_batch_size):
                 chunk = idxs[start : start + self.max_batch_size]
+                seeds = [requests[i].seed for i in chunk]
                 outs = self._generate_batch(
-                    [prompt_ids[i] for i in chunk], adapter, temperature, max_new, [requests[i].seed for i in chunk]
+                    [prompt_ids[i] for i in chunk], adapter, temperature, max_new, seeds
                 )
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out

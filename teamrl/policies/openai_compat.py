@@ -180,7 +180,7 @@ class OpenAICompatPolicy:
         body["max_tokens"] = req.max_new_tokens
         body["temperature"] = req.temperature  # 0 is greedy, as in GenerationRequest
         if req.seed is not None:
-            body["seed"] = req.seed % 2**31  # OpenAI's best-effort reproducible sampling; some servers want int32
+            body["seed"] = req.seed % 2**31  # best-effort reproducible sampling; some servers want an int32
         if self.stop:
             body["stop"] = self.stop
         return body
