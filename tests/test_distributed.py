@@ -292,13 +292,17 @@ def test_an_episode_whose_sandbox_worker_dies_completes(ray_sandbox, ray_instanc
     assert not lost.verifier["solved"] and lost.outcome == 0.0
 
 
-def test_an_unreachable_ray_address_fails_fast_with_a_clear_message(tmp_path, monkeypatch, capsys):
-    ray = pytest.importorskip("ray")
+def test_an_unreachable_ray_address_fails_fast_with_a_clear_message(
+    ray_instance, tmp_path, monkeypatch, capsys
+):
+    from teamrl.distributed.cluster import _probe
+
+    _probe(ray_instance.get_runtime_context().gcs_address, "RAY_ADDRESS", 5.0)  # a live GCS passes
     with socket.socket() as s:  # a port nobody listens on once closed
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    monkeypatch.setattr(ray_instance, "is_initialized", lambda: False)  # as in a fresh process
     start = time.monotonic()
     code = cli_main(["train", "--backend", "ray", "--set", f"run.out_dir={tmp_path}", "--set", "run.name=r"])
     err = capsys.readouterr().err

@@ -18,6 +18,9 @@ log = logging.getLogger("teamrl")
 
 RAY_MISSING = "Ray is not installed here: pip install 'teamrl[ray]' (or run with --backend local)"
 _DEFAULT_PORTS = {"": 6379, "ray": 10001}  # Ray's GCS port; the Ray Client server's port
+# The HTTP/2 client preface and an empty SETTINGS frame; a gRPC server answers with its SETTINGS.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_HTTP2_SETTINGS = 4
 _ADDRESS = re.compile(r"^(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[^\]]+\]|[^:/]+)(?::(?P<port>\d+))?/?$")
 
 
@@ -83,8 +86,10 @@ def connect(cfg: Config) -> bool:
 
 
 def _probe(address: str, source: str, timeout_s: float) -> None:
-    """Fail within ``timeout_s`` where nothing answers at ``address``: Ray itself retries an unreachable
-    GCS for minutes. ``auto`` and ``local`` are Ray's to resolve, and it answers those at once."""
+    """Fail within ``timeout_s`` where no gRPC server (Ray's GCS, or its client server for ``ray://``)
+    answers at ``address``: Ray itself retries an unreachable GCS for minutes. A TCP connection alone
+    proves little (a proxy may accept it), so the probe opens HTTP/2 as gRPC does and waits for the
+    server's first frame. ``auto`` and ``local`` are Ray's to resolve, and it answers those at once."""
     if address in ("auto", "local"):
         return
     match = _ADDRESS.match(address.strip())
@@ -95,8 +100,12 @@ def _probe(address: str, source: str, timeout_s: float) -> None:
     host = match["host"].strip("[]")
     port = int(match["port"] or _DEFAULT_PORTS[match["scheme"] or ""])
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            if os.environ.get("RAY_USE_TLS", "0") in ("0", ""):  # under TLS the TCP connection must do
+                conn.sendall(_HTTP2_PREFACE)
+                frame = conn.recv(9)  # a server's first frame header: length (3), type (1), flags, stream
+                if len(frame) < 4 or frame[3] != _HTTP2_SETTINGS:
+                    raise ConnectionError("something answered there, but not a Ray (gRPC) server")
     except OSError as exc:
         reason = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
         raise ConfigError(
