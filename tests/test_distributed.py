@@ -158,6 +158,18 @@ def test_a_share_that_loses_its_worker_too_often_stops_the_rollout(one_worker_ru
         trainer.rollout(trainer.suite.fixed_set("train", 2), 2)
 
 
+def kill_later(ray, handle, ref, delay_s: float, killed_in_flight: list[bool]) -> None:
+    """Kill the actor ``handle`` in ``delay_s``, noting in ``killed_in_flight`` whether ``ref`` was still
+    running then."""
+
+    def kill() -> None:
+        ready, _ = ray.wait([ref], timeout=0)
+        killed_in_flight.append(not ready)
+        ray.kill(handle)
+
+    threading.Timer(delay_s, kill).start()
+
+
 def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local_run, cache, tmp_path):
     trainer = tiny_trainer(cache, tmp_path / "run", "run.backend=ray", "ray.num_rollout_workers=2")
     pool = trainer.remote
@@ -169,14 +181,7 @@ def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local
         ref = submit(i, *args)
         calls.append(i)
         if i == 0 and calls.count(0) == 2:  # the first RL iteration (the first call is the SFT evaluation)
-            handle = pool.workers[0]
-
-            def kill() -> None:
-                ready, _ = ray_instance.wait([ref], timeout=0)
-                killed_in_flight.append(not ready)
-                ray_instance.kill(handle)
-
-            threading.Timer(0.1, kill).start()
+            kill_later(ray_instance, pool.workers[0], ref, 0.1, killed_in_flight)
         return ref
 
     pool._submit = submit_and_kill_worker0_on_its_second_call
@@ -244,13 +249,7 @@ def test_a_sandbox_worker_killed_mid_check_is_replaced_and_the_check_retried(ray
     def submit_and_kill_after_half_a_second(i, *args):
         ref = submit(i, *args)
         if not killed_in_flight:
-
-            def kill() -> None:
-                ready, _ = ray_instance.wait([ref], timeout=0)
-                killed_in_flight.append(not ready)
-                ray_instance.kill(handle)
-
-            threading.Timer(0.5, kill).start()
+            kill_later(ray_instance, handle, ref, 0.5, killed_in_flight)
         return ref
 
     ray_sandbox._submit = submit_and_kill_after_half_a_second
