@@ -49,7 +49,7 @@ def _result_table(summary: dict[str, Any], cfg: Config) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from teamrl.distributed import RolloutWorkerLost
+    from teamrl.distributed import ActorLost
     from teamrl.trainer.trainer import Trainer, resume_config
 
     if args.resume:
@@ -76,7 +76,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; continue with: teamrl train --resume {run_dir}", file=sys.stderr)
         return 130
-    except RolloutWorkerLost as exc:
+    except ActorLost as exc:  # a Ray rollout worker lost too often, or the Ray learner lost
         print(f"teamrl: {exc}\ncontinue with: teamrl train --resume {run_dir}", file=sys.stderr)
         return 1
     finally:

@@ -534,7 +534,8 @@ class SandboxConfig(_Strict):
 
 
 class RayConfig(_Strict):
-    """The Ray backend (``run.backend: ray``): rollout workers as Ray actors; see the README's "Ray"."""
+    """The Ray backend (``run.backend: ray``): rollout workers, the learner and sandbox workers as Ray
+    actors; see the README's "Ray"."""
 
     address: str | None = Field(
         None,
@@ -547,13 +548,27 @@ class RayConfig(_Strict):
     max_retries: int = Field(
         3, ge=0, description="a share of a rollout whose worker died is retried on a replacement this often"
     )
+    num_cpus_per_learner: float = Field(1.0, gt=0, description="CPUs Ray reserves for the learner actor")
+    num_gpus_per_learner: float = Field(0.0, ge=0, description="GPUs Ray reserves for the learner actor")
+    num_sandbox_workers: int = Field(
+        1,
+        ge=1,
+        description="Ray actors that run the code checks of each rollout worker (and of the driver's "
+        "counterfactual replays), each check in its own sandbox process",
+    )
+    num_cpus_per_sandbox_worker: float = Field(
+        0.5, gt=0, description="CPUs Ray reserves for each sandbox worker"
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0, description="how long to wait for the cluster at ray.address / RAY_ADDRESS to answer"
+    )
 
 
 class RunConfig(_Strict):
     backend: Literal["local", "ray"] = Field(
         "local",
-        description="local: everything in this process; ray: rollout workers are Ray actors (section `ray`; "
-        "pip install 'teamrl[ray]')",
+        description="local: everything in this process; ray: rollout workers, the learner and sandbox "
+        "workers are Ray actors (section `ray`; pip install 'teamrl[ray]')",
     )
     seed: int = 0
     seeded_sampling: bool = Field(

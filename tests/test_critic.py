@@ -96,7 +96,7 @@ def critic_cfg(tmp_path):
 
 # the same small embedded model, as a policy of its own
 def test_a_long_transcript_keeps_the_task_and_the_latest_turns(critic_cfg, tmp_path):
-    critic = Trainer(critic_cfg, tmp_path / "run").critic
+    critic = Trainer(critic_cfg, tmp_path / "run").learner.critic
     critic.max_positions = 10
     (ids,) = critic.encode(["x" * 400])
     (full,) = critic.policy.tokenizer(["x" * 400])["input_ids"]
@@ -121,16 +121,16 @@ def test_a_ppo_critic_update_moves_the_critic_and_the_trained_role_only(critic_c
             ]
         )
     trainer = Trainer(critic_cfg, tmp_path / "run")
-    assert trainer.critic.policy is trainer.policies["critic" if separate else "default"]
+    assert trainer.learner.critic.policy is trainer.policies["critic" if separate else "default"]
     trainer.sft_roles()
     episodes = trainer.rollout(trainer.suite.fixed_set("train", 2), 2)
     for ep in episodes:  # make the rewards differ, so that advantages are not all 0
         ep.rewards = {r: float(ep.group) for r in ep.rewards}
-    before, critic_before = trainer.fingerprints(), trainer.critic.fingerprint()
+    before, critic_before = trainer.fingerprints(), trainer.learner.critic.fingerprint()
     stats = trainer.update(episodes, ("coder",))
     after = trainer.fingerprints()
     assert {k for k in before if before[k] != after[k]} == {"coder"}
-    assert trainer.critic.fingerprint() != critic_before
+    assert trainer.learner.critic.fingerprint() != critic_before
     assert CRITIC_ADAPTER not in after  # the frozen check never looks at the critic
     assert stats["train/coder/turns"] >= 2 and stats["critic/turns"] >= 4
     assert stats["critic/value_loss"] > 0 and stats["critic/grad_norm"] > 0
@@ -156,18 +156,18 @@ def test_the_critic_is_checkpointed_and_restored_on_resume(critic_cfg, tmp_path)
     trainer.update = dies_on_second
     with pytest.raises(KeyboardInterrupt):
         trainer.fit()
-    trained = trainer.critic.fingerprint()
+    trained = trainer.learner.critic.fingerprint()
     assert (run / "checkpoint" / "critic" / "adapter" / "adapter_config.json").exists()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("critic/value_loss" in r for r in rows)
 
     resumed = Trainer(load_config(run / "config.yaml"), run, resume=True)
-    assert resumed.critic.fingerprint() == trained
-    assert resumed.critic.optimizer.state  # AdamW's moments came back too
-    fresh = Trainer(cfg, tmp_path / "other").critic
+    assert resumed.learner.critic.fingerprint() == trained
+    assert resumed.learner.critic.optimizer.state  # AdamW's moments came back too
+    fresh = Trainer(cfg, tmp_path / "other").learner.critic
     assert fresh.fingerprint() != trained
     with torch.no_grad():
-        assert not torch.equal(resumed.critic.head.weight, fresh.head.weight)
+        assert not torch.equal(resumed.learner.critic.head.weight, fresh.head.weight)
     assert resumed.fit()["evals"][-1]["label"] == "after_rl"
 
 

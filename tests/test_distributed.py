@@ -1,12 +1,18 @@
-"""The Ray backend on a tiny run: one worker plays exactly the local run, two workers match it within
-noise, a worker killed mid-rollout is replaced and its share retried, and without Ray the CLI says how
+"""The Ray backend on a tiny run: one rollout worker with the learner and sandbox workers as actors
+plays exactly the local run (interrupted and resumed on the way), two workers match it within noise, a
+rollout worker killed mid-rollout is replaced and its share retried, a sandbox worker killed mid-check
+is replaced and the check retried, an unreachable cluster fails fast, and without Ray the CLI says how
 to install it. One local Ray instance serves the whole module."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
+import random
+import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +21,8 @@ from test_trainer import SMALL
 
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, load_config
-from teamrl.trainer.build import embedded_checkpoint
+from teamrl.engine.team import Team
+from teamrl.trainer.build import build_sandbox, build_suite, embedded_checkpoint, expert_seats, play_episode
 from teamrl.trainer.trainer import Trainer
 
 # Stronger than SMALL alone, so that some turns parse and rewards differ within groups: every trained
@@ -38,8 +45,8 @@ torch.set_num_threads(1)  # the base is built before any Trainer sets run.thread
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray")
-    # 3 logical CPUs (on however many cores): the one-worker run's worker lives as long as the module
-    ray.init("local", num_cpus=3, include_dashboard=False, logging_level="ERROR")
+    # 8 logical CPUs (on however many cores): the one-worker run's actors live as long as the module
+    ray.init("local", num_cpus=8, include_dashboard=False, logging_level="ERROR")
     yield ray
     ray.shutdown()
 
@@ -65,18 +72,53 @@ def learning_rows(run_dir: Path) -> list[dict[str, float]]:
     return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
 
 
+def record_update_fingerprints(trainer: Trainer, seen: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``seen``, to which the driver's fingerprints after each of the trainer's updates are appended."""
+    update = trainer.update
+
+    def recorded(episodes, roles):
+        stats = update(episodes, roles)
+        seen.append(trainer.fingerprints())
+        return stats
+
+    trainer.update = recorded
+    return seen
+
+
 @pytest.fixture(scope="module")
 def local_run(cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Trainer:
     trainer = tiny_trainer(cache, tmp_path_factory.mktemp("local") / "run")
+    trainer.updates = record_update_fingerprints(trainer, [])
     trainer.fit()
     return trainer
 
 
+class Interrupted(Exception):
+    pass
+
+
 @pytest.fixture(scope="module")
 def one_worker_run(ray_instance, cache: Path, tmp_path_factory: pytest.TempPathFactory):
-    trainer = tiny_trainer(
-        cache, tmp_path_factory.mktemp("ray1") / "run", "run.backend=ray", "ray.num_rollout_workers=1"
-    )
+    """The tiny run on one rollout worker, the learner actor and sandbox workers, stopped in its second
+    RL iteration (after the first one's checkpoint) and resumed by a new trainer with new actors."""
+    run_dir = tmp_path_factory.mktemp("ray1") / "run"
+    ray_run = ("run.backend=ray", "ray.num_rollout_workers=1")
+    first = tiny_trainer(cache, run_dir, *ray_run)
+    updates = record_update_fingerprints(first, [])
+    rollout, calls = first.rollout, []
+
+    def stops_in_the_second_iteration(*args):
+        calls.append(1)
+        if len(calls) == 3:  # the evaluation after SFT, iteration 1, iteration 2
+            raise Interrupted
+        return rollout(*args)
+
+    first.rollout = stops_in_the_second_iteration
+    with pytest.raises(Interrupted):
+        first.fit()
+    first.close()
+    trainer = Trainer(load_config(run_dir / "config.yaml"), run_dir, resume=True)
+    trainer.updates = record_update_fingerprints(trainer, updates)  # the first trainer's, then its own
     trainer.fit()
     yield trainer
     trainer.close()
@@ -85,11 +127,17 @@ def one_worker_run(ray_instance, cache: Path, tmp_path_factory: pytest.TempPathF
 def test_one_ray_worker_plays_exactly_the_local_run(one_worker_run, local_run):
     trainer = one_worker_run
     assert trainer.remote is not None and trainer.remote.replacements == 0
-    # Same seed, same episodes: worker 0 continues the driver's RNG stream with the driver's weights.
+    # Same seed, same episodes: worker 0 continues the driver's RNG stream with the driver's weights, and
+    # the learner actor makes the local learner's updates (from the checkpoint's optimizers once resumed).
     assert learning_rows(trainer.run_dir) == learning_rows(local_run.run_dir)
+    assert len(trainer.updates) == 2 and trainer.updates == local_run.updates
     assert trainer.fingerprints() == local_run.fingerprints()
+    driver = {f"default/{r}": trainer.policy_of(r).fingerprint(r) for r in TRAINED + FROZEN}
     (worker,) = trainer.remote.adapter_fingerprints()
-    assert worker == {f"default/{r}": trainer.policy_of(r).fingerprint(r) for r in TRAINED + FROZEN}
+    assert worker == driver
+    learner = trainer.learner.adapter_fingerprints()
+    assert {k: learner[k] for k in driver} == driver
+    assert all(learner[f"default/ref_{r}"] == trainer.policy_of(r).fingerprint(f"ref_{r}") for r in TRAINED)
 
 
 def test_a_share_that_loses_its_worker_too_often_stops_the_rollout(one_worker_run, ray_instance, monkeypatch):
@@ -110,6 +158,18 @@ def test_a_share_that_loses_its_worker_too_often_stops_the_rollout(one_worker_ru
         trainer.rollout(trainer.suite.fixed_set("train", 2), 2)
 
 
+def kill_later(ray, handle, ref, delay_s: float, killed_in_flight: list[bool]) -> None:
+    """Kill the actor ``handle`` in ``delay_s``, noting in ``killed_in_flight`` whether ``ref`` was still
+    running then."""
+
+    def kill() -> None:
+        ready, _ = ray.wait([ref], timeout=0)
+        killed_in_flight.append(not ready)
+        ray.kill(handle)
+
+    threading.Timer(delay_s, kill).start()
+
+
 def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local_run, cache, tmp_path):
     trainer = tiny_trainer(cache, tmp_path / "run", "run.backend=ray", "ray.num_rollout_workers=2")
     pool = trainer.remote
@@ -121,14 +181,7 @@ def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local
         ref = submit(i, *args)
         calls.append(i)
         if i == 0 and calls.count(0) == 2:  # the first RL iteration (the first call is the SFT evaluation)
-            handle = pool.workers[0]
-
-            def kill() -> None:
-                ready, _ = ray_instance.wait([ref], timeout=0)
-                killed_in_flight.append(not ready)
-                ray_instance.kill(handle)
-
-            threading.Timer(0.1, kill).start()
+            kill_later(ray_instance, pool.workers[0], ref, 0.1, killed_in_flight)
         return ref
 
     pool._submit = submit_and_kill_worker0_on_its_second_call
@@ -179,6 +232,84 @@ def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local
     a, b = torch.tensor(team_rewards(on_ray)), torch.tensor(team_rewards(in_process))
     noise = (a.var() / len(a) + b.var() / len(b)).sqrt()
     assert abs(a.mean() - b.mean()) <= 4 * noise + 1e-6, (a.mean(), b.mean(), noise)
+
+
+@pytest.fixture
+def ray_sandbox(ray_instance):
+    sandbox = build_sandbox(load_config(overrides=["run.backend=ray", "ray.num_sandbox_workers=1"]))
+    asyncio.run(sandbox.run("print('started')"))  # the pool starts at its first call
+    yield sandbox
+    sandbox.close()
+
+
+def test_a_sandbox_worker_killed_mid_check_is_replaced_and_the_check_retried(ray_sandbox, ray_instance):
+    handle, killed_in_flight = ray_sandbox.workers[0], []
+    submit = ray_sandbox._submit
+
+    def submit_and_kill_after_half_a_second(i, *args):
+        ref = submit(i, *args)
+        if not killed_in_flight:
+            kill_later(ray_instance, handle, ref, 0.5, killed_in_flight)
+        return ref
+
+    ray_sandbox._submit = submit_and_kill_after_half_a_second
+    start = time.monotonic()
+    result = asyncio.run(ray_sandbox.run("import time\ntime.sleep(1.5)\nprint('done')\n"))
+    assert killed_in_flight == [True]
+    assert (result.stdout, result.returncode, result.error) == ("done\n", 0, None)
+    assert time.monotonic() - start >= 2.0  # the whole program ran again, on the replacement
+    assert ray_sandbox.replacements == 1 and ray_sandbox.workers[0] is not handle
+
+
+def test_an_episode_whose_sandbox_worker_dies_completes(ray_sandbox, ray_instance):
+    cfg = load_config()
+    task = build_suite(cfg).fixed_set("heldout", 1)[0]
+
+    def episode(sandbox):  # scripted experts: the same turns every time
+        return asyncio.run(play_episode(cfg, Team(expert_seats(cfg, random.Random(3))), task, sandbox))
+
+    in_process = episode(build_sandbox(cfg))
+    kills: list[int] = []
+    submit = ray_sandbox._submit
+
+    def submit_and_kill(i, *args):
+        ref = submit(i, *args)
+        if kills.count(0) < kills_wanted:
+            ray_instance.kill(ray_sandbox.workers[i])
+            kills.append(i)
+        return ref
+
+    ray_sandbox._submit = submit_and_kill
+    kills_wanted = 1  # its worker dies: the check is retried on the replacement, with the same verdicts
+    retried = episode(ray_sandbox)
+    assert retried.verifier == in_process.verifier and in_process.verifier["code_pass"]
+    kills_wanted = 3  # the replacement dies as well: recorded, and the checks count as failed
+    lost = episode(ray_sandbox)
+    assert kills == [0, 0, 0] and ray_sandbox.replacements == 3 and ray_sandbox.lost == 1
+    assert "died twice" in lost.verifier["sandbox_error"]
+    assert lost.verifier["code_pass"] == [0.0] * len(in_process.verifier["code_pass"])
+    assert not lost.verifier["solved"] and lost.outcome == 0.0
+
+
+def test_an_unreachable_ray_address_fails_fast_with_a_clear_message(
+    ray_instance, tmp_path, monkeypatch, capsys
+):
+    from teamrl.distributed.cluster import _probe
+
+    _probe(ray_instance.get_runtime_context().gcs_address, "RAY_ADDRESS", 5.0)  # a live GCS passes
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    monkeypatch.setattr(ray_instance, "is_initialized", lambda: False)  # as in a fresh process
+    start = time.monotonic()
+    code = cli_main(["train", "--backend", "ray", "--set", f"run.out_dir={tmp_path}", "--set", "run.name=r"])
+    err = capsys.readouterr().err
+    assert code == 2 and time.monotonic() - start < 10
+    assert f"RAY_ADDRESS: cannot reach the Ray cluster at 127.0.0.1:{port}" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match="ray.address: 'ray:/x' is not a Ray address"):
+        Trainer(load_config(overrides=["run.backend=ray", "ray.address=ray:/x"]), tmp_path / "r2")
 
 
 def mean_role_reward(rows: list[dict[str, float]]) -> float:

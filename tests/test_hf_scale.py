@@ -210,7 +210,7 @@ def test_a_mixed_team_on_two_model_sizes_trains_each_role_in_its_own_model(
     small_ids = {id(p) for p in small_policy.model.parameters()}
     large_ids = {id(p) for p in large_policy.model.parameters()}
     optimized = {
-        r: {id(p) for g in o.param_groups for p in g["params"]} for r, o in trainer.optimizers.items()
+        r: {id(p) for g in o.param_groups for p in g["params"]} for r, o in trainer.learner.optimizers.items()
     }
     assert optimized["planner"] <= small_ids and optimized["planner"].isdisjoint(large_ids)
     assert optimized["coder"] <= large_ids and optimized["coder"].isdisjoint(small_ids)

@@ -1,8 +1,33 @@
-"""The Ray backend (``run.backend: ray``): rollout workers as Ray actors, the same calls as the local
-trainer. Importing this package does not import Ray; :class:`RayRollouts` does, and says how to install
-it where it is missing."""
+"""The Ray backend (``run.backend: ray``): rollout workers, the learner and sandbox workers as Ray
+actors, called as the local trainer calls its own parts. Importing this package imports neither Ray
+nor torch (a sandbox worker's process loads it for ``ray_sandbox`` alone): each name below loads its
+module on first use, and :class:`RayRollouts` / :class:`RayLearner` say how to install Ray where it
+is missing."""
 
-from teamrl.distributed.ray_rollouts import RAY_MISSING, RayRollouts, RolloutWorkerLost, require_ray
-from teamrl.distributed.rollout_worker import RolloutWorker, ShardResult
+from __future__ import annotations
 
-__all__ = ["RAY_MISSING", "RayRollouts", "RolloutWorker", "RolloutWorkerLost", "ShardResult", "require_ray"]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "RAY_MISSING": "cluster",
+    "ActorLost": "cluster",
+    "connect": "cluster",
+    "require_ray": "cluster",
+    "LearnerLost": "ray_learner",
+    "RayLearner": "ray_learner",
+    "LearnerWorker": "learner_worker",
+    "RayRollouts": "ray_rollouts",
+    "RolloutWorkerLost": "ray_rollouts",
+    "RolloutWorker": "rollout_worker",
+    "ShardResult": "rollout_worker",
+    "RaySandbox": "ray_sandbox",
+    "SandboxWorker": "ray_sandbox",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

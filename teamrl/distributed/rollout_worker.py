@@ -12,13 +12,11 @@ import torch
 import transformers
 
 from teamrl.config import Config
+from teamrl.distributed.cluster import base_fingerprints
+from teamrl.distributed.weights import AdapterWeights, adapter_fingerprints, load_adapter_weights
 from teamrl.engine.engine import Engine
-from teamrl.policies.hf import HFPolicy
 from teamrl.protocol import Episode
 from teamrl.trainer.build import Task, build_policies, build_sandbox, build_team, episode_factories
-
-AdapterWeights = dict[str, dict[str, dict[str, torch.Tensor]]]
-"""policy name -> adapter name -> that adapter's LoRA state dict (``HFPolicy.adapter_state_dict``)."""
 
 
 @dataclass
@@ -35,7 +33,7 @@ class ShardResult:
 class RolloutWorker:
     """Builds every policy of ``cfg`` as the trainer does (the embedded base from the same cache, the
     adapters as the driver sends them) and plays episodes with the async engine; each episode is
-    verified in its own sandbox process, here in the worker."""
+    verified in its own sandbox process, on the worker's pool of Ray sandbox workers."""
 
     def __init__(self, cfg: Config) -> None:
         torch.set_num_threads(cfg.run.threads)
@@ -48,16 +46,11 @@ class RolloutWorker:
 
     def base_fingerprints(self) -> dict[str, str]:
         """Hash of each local policy's base weights, for the driver to compare with its own."""
-        return {name: p.fingerprint(None) for name, p in self.policies.items() if isinstance(p, HFPolicy)}
+        return base_fingerprints(self.policies)
 
     def adapter_fingerprints(self) -> dict[str, str]:
         """``policy/adapter`` -> hash of the adapter's weights as this worker holds them."""
-        return {
-            f"{name}/{adapter}": p.fingerprint(adapter)
-            for name, p in self.policies.items()
-            if isinstance(p, HFPolicy)
-            for adapter in p.adapter_names
-        }
+        return adapter_fingerprints(self.policies)
 
     def rollout(
         self,
@@ -72,9 +65,7 @@ class RolloutWorker:
         """Load ``weights``, then play ``group_size`` episodes of every task (as ``Trainer.rollout`` does
         in-process), sampling from ``seed`` or, when given, from the CPU generator state ``rng_state``;
         with ``seed_key``, from each episode's own seeds (``episode_factories``)."""
-        for policy, adapters in weights.items():
-            for adapter, state in adapters.items():
-                self.policies[policy].load_adapter_state_dict(adapter, state)  # type: ignore[union-attr]
+        load_adapter_weights(self.policies, weights)
         torch.manual_seed(seed)  # every device's generator
         if rng_state is not None:
             torch.set_rng_state(rng_state)

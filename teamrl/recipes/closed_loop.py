@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from teamrl.engine.team import Seat, Team
 from teamrl.protocol import Episode
 from teamrl.recipes.schedule import Phase, iterations_for
+from teamrl.trainer.learner import ref_adapter
 from teamrl.trainer.run_dir import JsonlLog
 
 if TYPE_CHECKING:
@@ -104,8 +105,6 @@ def _empty_turn(_call: object) -> str:
 def measure_roles(trainer: Trainer, roles: Sequence[str]) -> Measurement:
     """Play the probe set with the current team and, for ``select: contribution``, once more per role with
     that role's seat taken by its baseline. Changes no parameter."""
-    from teamrl.trainer.trainer import _ref  # the trainer names the reference snapshots
-
     cl = trainer.cfg.recipe.closed_loop
     tasks = trainer.suite.fixed_set("train", cl.probe_tasks)
     tokens0 = trainer.engine.stats.generated_tokens
@@ -129,7 +128,7 @@ def measure_roles(trainer: Trainer, roles: Sequence[str]) -> Measurement:
         for role in roles:
             own = trainer.team.seats[role]
             if cl.baseline == "reference":
-                seat = dataclasses.replace(own, adapter=_ref(role))
+                seat = dataclasses.replace(own, adapter=ref_adapter(role))
             else:
                 seat = Seat(script=_empty_turn, max_new_tokens=own.max_new_tokens)
             with seat_swapped(trainer.team, role, seat):

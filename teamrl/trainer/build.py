@@ -52,11 +52,17 @@ def build_suite(cfg: Config) -> Suite:
 
 
 def build_sandbox(cfg: Config) -> Sandbox | None:
-    """The sandbox the pipeline runs code in; None for a debate, which checks answers in-process."""
+    """The sandbox the pipeline runs code in; None for a debate, which checks answers in-process. With
+    the Ray backend, a pool of Ray sandbox workers that runs each check in such a sandbox."""
     if isinstance(cfg.workflow, DebateConfig):
         return None
     s = cfg.sandbox
     limits = SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
+    if cfg.run.backend == "ray":
+        from teamrl.distributed.ray_sandbox import RaySandbox  # imports no Ray until the pool starts
+
+        r = cfg.ray
+        return RaySandbox(limits, s.isolation, r.num_sandbox_workers, r.num_cpus_per_sandbox_worker)  # type: ignore[return-value]
     return Sandbox(limits, isolation=s.isolation)
 
 

@@ -16,20 +16,18 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from teamrl.algorithms import grpo_loss, role_relative_advantages, team_relative_advantages
 from teamrl.atomic import atomic_directory, atomic_write_text, recover_directory
 from teamrl.config import Config, dump_config, load_config
-from teamrl.distributed import RayRollouts, require_ray
+from teamrl.distributed import RayLearner, RayRollouts, RaySandbox, connect, require_ray
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
-from teamrl.protocol import Episode, Turn
+from teamrl.protocol import Episode
 from teamrl.recipes import Phase, phases_for
 from teamrl.recipes.closed_loop import ClosedLoop
 from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
-from teamrl.rewards.credit import team_reward
 from teamrl.trainer.build import (
     Task,
     assign_rewards,
@@ -41,7 +39,7 @@ from teamrl.trainer.build import (
     episode_factories,
     play_episode,
 )
-from teamrl.trainer.critic import CentralisedCritic, CriticBatch, TurnKey
+from teamrl.trainer.learner import Learner, ref_adapter
 from teamrl.trainer.run_dir import JsonlLog, write_jsonl
 
 log = logging.getLogger("teamrl")
@@ -63,29 +61,16 @@ class TrainerState:
     evals: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class _Sample:
-    """One turn to learn from, with its advantage, the behaviour log-probs PPO's ratio starts from and
-    (when KL is on) reference log-probs."""
-
-    turn: Turn
-    advantage: float
-    old_logprobs: list[float]
-    ref_logprobs: list[float] = field(default_factory=list)
-
-
-def _ref(role: str) -> str:
-    return f"ref_{role}"
-
-
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.progress = cfg.run.progress
         torch.set_num_threads(cfg.run.threads)
-        if cfg.run.backend == "ray":
-            require_ray()  # before the run directory or any model is made
+        self._joined_ray = False  # whether this trainer started using Ray (and so stops at close)
+        if cfg.run.backend == "ray":  # before the run directory or any model is made, failing fast
+            require_ray()
+            self._joined_ray = connect(cfg)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics = JsonlLog(self.run_dir / "metrics.jsonl")
         self.state = TrainerState()
@@ -98,15 +83,14 @@ class Trainer:
         self.policies = build_policies(cfg, progress=self.progress)
         self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
         self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
-        # backend ray: Ray actors play the rollouts; the learner, counterfactual replays and credit stay here
+        # backend ray: Ray actors play the rollouts and run the learner (below); counterfactual replays,
+        # credit and checkpoints stay here
         self.remote = RayRollouts(cfg, self.policies, self.engine.stats) if cfg.run.backend == "ray" else None
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self._tb = None
         self.live = LiveTable(cfg.workflow.order)  # the per-iteration table printed with the progress bar
-        self.critic = (
-            CentralisedCritic(self.policies[cfg.algorithm.critic.policy], cfg)  # type: ignore[arg-type]
-            if cfg.algorithm.name == "ppo_critic"
-            else None
+        # the optimizers (and the ppo_critic critic) live with the learner: here, or in a Ray actor
+        self.learner: Learner | RayLearner = (
+            RayLearner(cfg, self.policies) if cfg.run.backend == "ray" else Learner(cfg, self.policies)
         )
         if resume:
             self._load_checkpoint()
@@ -130,12 +114,6 @@ class Trainer:
             if isinstance(value, int | float) and key != "step":
                 self.tb.add_scalar(key, value, step)
         self.tb.flush()
-
-    def _optimizer(self, role: str) -> torch.optim.Optimizer:
-        if role not in self.optimizers:
-            params = self.policy_of(role).adapter_parameters(role)
-            self.optimizers[role] = torch.optim.AdamW(params, lr=self.cfg.algorithm.lr, weight_decay=0.0)
-        return self.optimizers[role]
 
     # -- rollout --------------------------------------------------------------------------------
     def rollout(
@@ -179,7 +157,7 @@ class Trainer:
         def baseline(role: str) -> Seat | None:  # None: the role's replayed turns are empty
             if r.counterfactual_baseline == "empty":
                 return None
-            ref = _ref(role) if wf.roles[role].adapter else None
+            ref = ref_adapter(role) if wf.roles[role].adapter else None
             return dataclasses.replace(self.team.seats[role], adapter=ref)
 
         stats = counterfactual_credit(
@@ -200,155 +178,10 @@ class Trainer:
         return result
 
     # -- learning -------------------------------------------------------------------------------
-    def advantages(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, torch.Tensor]:
-        groups = [e.task_id for e in episodes]
-        a = self.cfg.algorithm
-        if a.name == "mgrpo":
-            team = team_relative_advantages(
-                torch.tensor([team_reward(e) for e in episodes]), groups, scale=a.scale
-            )
-            return {r: team for r in roles}
-        rewards = {r: torch.tensor([e.rewards.get(r, 0.0) for e in episodes]) for r in roles}
-        return role_relative_advantages(rewards, groups, scale=a.scale)
-
-    def turn_advantages(
-        self, episodes: list[Episode], roles: tuple[str, ...]
-    ) -> dict[str, dict[TurnKey, float]]:
-        """Per role, the advantage of each of its turns, keyed (episode index, turn index), in turn order:
-        GRPO / M-GRPO give every turn of a role its episode's advantage."""
-        adv = self.advantages(episodes, roles)
-        return {
-            role: {
-                (i, j): float(adv[role][i])
-                for i, ep in enumerate(episodes)
-                for j, t in enumerate(ep.turns)
-                if t.role == role
-            }
-            for role in roles
-        }
-
     def update(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, float]:
-        """GRPO / M-GRPO / PPO update of each role in ``roles`` on the turns it took in ``episodes``:
-        ``ppo_epochs`` passes over the turns, each split into ``minibatches`` optimizer steps; with
-        ``ppo_critic`` the centralised critic gives each turn its advantage and is fitted in the same
-        update."""
-        a = self.cfg.algorithm
-        critic_batch: CriticBatch | None = None
-        if self.critic is not None:
-            critic_batch = self.critic.prepare(episodes, roles)
-            adv = critic_batch.advantages
-        else:
-            adv = self.turn_advantages(episodes, roles)
-        stats: dict[str, float] = {"perf/learner_tokens": 0.0}
-        for role in roles:
-            policy = self.policy_of(role)
-            items: list[_Sample] = [
-                _Sample(episodes[i].turns[j], value, episodes[i].turns[j].logprobs)
-                for (i, j), value in adv[role].items()
-                if episodes[i].turns[j].completion_ids and abs(value) > 1e-8
-            ]
-            if not items:  # every group had equal rewards: nothing to learn from this batch
-                stats[f"train/{role}/skipped"] = 1.0
-                continue
-            if policy.generation_backend is not None:
-                # The learner recomputes the behaviour log-probs: vLLM's come from other kernels (and,
-                # before vLLM 0.10.2, ignore the temperature), so its ratio would not start at 1.
-                stats[f"train/{role}/behaviour_logprob_gap"] = self._recompute_old_logprobs(
-                    policy, role, items
-                )
-            if a.kl_coef > 0:
-                for s, ref in zip(items, self._score(policy, _ref(role), items), strict=True):
-                    s.ref_logprobs = ref
-            policy.set_trainable([role])
-            policy.model.train()
-            opt = self._optimizer(role)
-            order = random.Random(self.state.step).sample(items, len(items))
-            size = -(-len(order) // min(a.minibatches, len(order)))
-            minibatches = [order[i : i + size] for i in range(0, len(order), size)]
-            agg: dict[str, float] = {}
-            steps = a.ppo_epochs * len(minibatches)
-            for _ in range(a.ppo_epochs):
-                for minibatch in minibatches:
-                    self._step(policy, role, opt, minibatch, agg, weight=1.0 / steps)
-            stats["perf/learner_tokens"] += a.ppo_epochs * sum(
-                len(s.turn.prompt_ids) + len(s.turn.completion_ids) for s in items
-            )
-            policy.set_trainable([])
-            policy.model.eval()
-            stats.update({f"train/{role}/{k}": v for k, v in agg.items()})
-            stats[f"train/{role}/turns"] = float(len(items))
-        if self.critic is not None and critic_batch is not None:
-            stats.update(self.critic.train(critic_batch, seed=self.state.step))
-        return stats
-
-    def _step(
-        self,
-        policy: HFPolicy,
-        role: str,
-        opt: torch.optim.Optimizer,
-        batch: list[_Sample],
-        agg: dict[str, float],
-        weight: float,
-    ) -> None:
-        """One optimizer step on ``batch`` (micro-batched; token-mean loss over the whole batch)."""
-        a = self.cfg.algorithm
-        total_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
-        opt.zero_grad(set_to_none=True)
-        for start in range(0, len(batch), a.micro_batch):
-            chunk = batch[start : start + a.micro_batch]
-            logp, mask = policy.token_logprobs(
-                role,
-                [s.turn.prompt_ids for s in chunk],
-                [s.turn.completion_ids for s in chunk],
-                a.temperature,
-            )
-            width, device = logp.shape[1], logp.device
-            out = grpo_loss(
-                logp,
-                _pad([s.old_logprobs for s in chunk], width, device),
-                torch.tensor([s.advantage for s in chunk], device=device),
-                mask,
-                ref_logp=_pad([s.ref_logprobs for s in chunk], width, device) if a.kl_coef > 0 else None,
-                clip_low=a.clip_low,
-                clip_high=a.clip_high,
-                kl_coef=a.kl_coef,
-                num_tokens=total_tokens,
-            )
-            out.loss.backward()
-            share = weight * out.stats["num_tokens"] / total_tokens
-            for k, v in out.stats.items():
-                if k != "num_tokens":
-                    agg[k] = agg.get(k, 0.0) + v * share
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.adapter_parameters(role), a.max_grad_norm)
-        opt.step()
-        agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight
-
-    @torch.no_grad()
-    def _score(self, policy: HFPolicy, adapter: str, items: list[_Sample]) -> list[list[float]]:
-        """Log-probs of each turn's completion under ``adapter`` (e.g. the role's frozen SFT snapshot,
-        the KL reference), computed by the learner."""
-        mb = self.cfg.algorithm.micro_batch
-        scores: list[list[float]] = []
-        for start in range(0, len(items), mb):
-            chunk = items[start : start + mb]
-            logp, _ = policy.token_logprobs(
-                adapter,
-                [s.turn.prompt_ids for s in chunk],
-                [s.turn.completion_ids for s in chunk],
-                self.cfg.algorithm.temperature,
-            )
-            scores += [logp[row, : len(s.turn.completion_ids)].tolist() for row, s in enumerate(chunk)]
-        return scores
-
-    def _recompute_old_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> float:
-        """Replace the generator's behaviour log-probs by the learner's; returns their mean absolute gap
-        per token (near 0 when the generator serves the role's current adapter)."""
-        gap = tokens = 0.0
-        for s, learner in zip(items, self._score(policy, role, items), strict=True):
-            gap += sum(abs(x - y) for x, y in zip(s.old_logprobs, learner, strict=True))
-            tokens += len(learner)
-            s.old_logprobs = learner
-        return gap / max(tokens, 1.0)
+        """The learner's update of ``roles`` on ``episodes`` (``Learner.update``), in this process or, with
+        the Ray backend, in the learner actor (whose new weights this process then holds)."""
+        return self.learner.update(episodes, roles, self.state.step)
 
     # -- SFT ------------------------------------------------------------------------------------
     def sft_roles(self) -> dict[str, float]:
@@ -365,7 +198,7 @@ class Trainer:
                 out[f"sft/{role}/loss"] = float(result.get("final_loss", result.get("loss", 0.0)))
         for role in self.cfg.workflow.order:
             if self.cfg.workflow.roles[role].adapter:
-                self.policy_of(role).copy_adapter(role, _ref(role))
+                self.policy_of(role).copy_adapter(role, ref_adapter(role))
         return out
 
     # -- frozen check -----------------------------------------------------------------------------
@@ -394,10 +227,8 @@ class Trainer:
                     pol = self.policy_of(role)
                     pol.save_adapter(role, tmp / "adapters" / role)
                     if self.state.sft_done:
-                        pol.save_adapter(_ref(role), tmp / "adapters" / _ref(role))
-            torch.save({r: o.state_dict() for r, o in self.optimizers.items()}, tmp / "optimizers.pt")
-            if self.critic is not None:
-                self.critic.save(tmp / "critic")
+                        pol.save_adapter(ref_adapter(role), tmp / "adapters" / ref_adapter(role))
+            self.learner.save(tmp)
             (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
 
     def _load_state(self) -> None:
@@ -417,20 +248,26 @@ class Trainer:
                 continue
             pol = self.policy_of(role)
             pol.load_adapter(role, ckpt / "adapters" / role)
-            if (ckpt / "adapters" / _ref(role)).exists():
-                if _ref(role) not in pol.adapter_names:
-                    pol.copy_adapter(role, _ref(role))
-                pol.load_adapter(_ref(role), ckpt / "adapters" / _ref(role))
-        saved = torch.load(ckpt / "optimizers.pt", weights_only=False)
-        for role, sd in saved.items():
-            self._optimizer(role).load_state_dict(sd)
-        if self.critic is not None:
-            self.critic.load(ckpt / "critic")
+            if (ckpt / "adapters" / ref_adapter(role)).exists():
+                if ref_adapter(role) not in pol.adapter_names:
+                    pol.copy_adapter(role, ref_adapter(role))
+                pol.load_adapter(ref_adapter(role), ckpt / "adapters" / ref_adapter(role))
+        self.learner.load(ckpt)
 
     def close(self) -> None:
-        """Stop the Ray rollout workers (and a Ray instance the run started); nothing to do locally."""
+        """Stop the Ray actors and leave Ray if this trainer joined it (which stops a local instance it
+        started, not a cluster); nothing to do locally."""
+        if isinstance(self.learner, RayLearner):
+            self.learner.close()
+        if isinstance(self.sandbox, RaySandbox):
+            self.sandbox.close()
         if self.remote is not None:
             self.remote.close()
+        if self._joined_ray:
+            import ray
+
+            ray.shutdown()
+            self._joined_ray = False
 
     def _budget_spent(self) -> bool:
         budget = self.cfg.recipe.token_budget
@@ -544,13 +381,6 @@ def summarize(episodes: list[Episode], prefix: str) -> dict[str, float]:
 
 def _numeric(record: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}
-
-
-def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
-    out = torch.zeros(len(rows), width)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row[:width])
-    return out.to(device)
 
 
 def resume_config(run_dir: Path) -> Config:

@@ -17,7 +17,7 @@ from teamrl.config import WorkflowConfig
 from teamrl.engine.team import Team
 from teamrl.protocol import Episode, Turn
 from teamrl.tasks.programming import ProgrammingTask
-from teamrl.tasks.sandbox import ProgramCheck, Sandbox, run_checks
+from teamrl.tasks.sandbox import ProgramCheck, Sandbox, judge_checks
 
 MAX_TESTS = 8
 
@@ -113,7 +113,7 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
             ProgramCheck(code=task.reference_solution, tests=state.tests),
             ProgramCheck(code=task.buggy_solution, tests=state.tests),
         ]
-    results = await run_checks(sandbox, checks) if checks else []
+    results, error = await judge_checks(sandbox, checks)
     code_pass = [sum(r) / len(r) if r else 0.0 for r in results[: len(state.code)]]
     tests_ref, tests_buggy = (results[-2], results[-1]) if state.tests else ([], [])
     episode.outcome = code_pass[-1] if code_pass else 0.0
@@ -128,3 +128,5 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
         "tests_on_buggy": tests_buggy,
         "solved": bool(code_pass) and code_pass[-1] == 1.0,
     }
+    if error is not None:  # the checks never ran (a lost Ray sandbox worker): they count as failed
+        episode.verifier["sandbox_error"] = error

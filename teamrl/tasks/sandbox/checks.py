@@ -42,8 +42,13 @@ async def run_checks(sandbox: Sandbox, checks: list[ProgramCheck]) -> list[list[
 
     Everything the process did not report (crash, memory, wall-clock timeout) counts as False.
     """
+    return (await judge_checks(sandbox, checks))[0]
+
+
+async def judge_checks(sandbox: Sandbox, checks: list[ProgramCheck]) -> tuple[list[list[bool]], str | None]:
+    """``run_checks``'s verdicts and, where the sandbox process never ran, why (``SandboxResult.error``)."""
     if not checks:
-        return []
+        return [], None
     marker = f"@@teamrl-{secrets.token_hex(16)}@@"
     request = {
         "marker": marker,
@@ -51,7 +56,7 @@ async def run_checks(sandbox: Sandbox, checks: list[ProgramCheck]) -> list[list[
         "checks": [{"code": check.code, "tests": list(check.tests)} for check in checks],
     }
     result = await sandbox.run(_HARNESS_SOURCE, stdin=json.dumps(request))
-    return _parse(result.stdout, marker, checks)
+    return _parse(result.stdout, marker, checks), result.error
 
 
 def run_checks_sync(sandbox: Sandbox, checks: list[ProgramCheck]) -> list[list[bool]]:

@@ -97,7 +97,8 @@ class SandboxLimits:
 @dataclass
 class SandboxResult:
     """Outcome of one run. ``returncode`` is None when the wall-clock timeout killed the
-    process; a death by signal N reads 128+N under both isolation levels."""
+    process, or when it never ran; a death by signal N reads 128+N under both isolation levels.
+    ``error`` says why it never ran (its Ray sandbox worker was lost, teamrl.distributed.RaySandbox)."""
 
     returncode: int | None
     stdout: str
@@ -105,6 +106,7 @@ class SandboxResult:
     timed_out: bool
     wall_s: float
     isolation: str
+    error: str | None = None
 
 
 class _UidPool:

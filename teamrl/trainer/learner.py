@@ -1,0 +1,243 @@
+"""The learner: the policy update of the trained roles' adapters (GRPO / M-GRPO / PPO with the
+centralised critic), with their optimizers and the critic.
+
+The local trainer holds one in its own process. The Ray backend holds one inside a Ray actor
+(:class:`teamrl.distributed.LearnerWorker`) and calls the same methods there, so both backends run one
+code path for the algorithms.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from teamrl.algorithms import grpo_loss, role_relative_advantages, team_relative_advantages
+from teamrl.config import Config
+from teamrl.policies.hf import HFPolicy
+from teamrl.policies.openai_compat import OpenAICompatPolicy
+from teamrl.protocol import Episode, Turn
+from teamrl.rewards.credit import team_reward
+from teamrl.trainer.critic import CentralisedCritic, CriticBatch, TurnKey
+
+OPTIMIZERS_FILE = "optimizers.pt"
+CRITIC_DIR = "critic"
+LEARNER_FILES = (OPTIMIZERS_FILE, CRITIC_DIR)
+"""What :meth:`Learner.save` writes into a checkpoint."""
+
+
+def ref_adapter(role: str) -> str:
+    """The name of ``role``'s frozen snapshot after SFT (the KL reference, the counterfactual baseline)."""
+    return f"ref_{role}"
+
+
+@dataclass
+class _Sample:
+    """One turn to learn from, with its advantage, the behaviour log-probs PPO's ratio starts from and
+    (when KL is on) reference log-probs."""
+
+    turn: Turn
+    advantage: float
+    old_logprobs: list[float]
+    ref_logprobs: list[float] = field(default_factory=list)
+
+
+class Learner:
+    """Updates the adapters of ``policies`` in place; owns one AdamW per trained role and, with
+    ``ppo_critic``, the centralised critic (whose adapter it adds to its policy)."""
+
+    def __init__(self, cfg: Config, policies: dict[str, HFPolicy | OpenAICompatPolicy]) -> None:
+        self.cfg = cfg
+        self.policies = policies
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.critic = (
+            CentralisedCritic(policies[cfg.algorithm.critic.policy], cfg)  # type: ignore[arg-type]
+            if cfg.algorithm.name == "ppo_critic"
+            else None
+        )
+
+    def policy_of(self, role: str) -> HFPolicy:
+        return self.policies[self.cfg.workflow.roles[role].policy]  # type: ignore[return-value]
+
+    def optimizer(self, role: str) -> torch.optim.Optimizer:
+        if role not in self.optimizers:
+            params = self.policy_of(role).adapter_parameters(role)
+            self.optimizers[role] = torch.optim.AdamW(params, lr=self.cfg.algorithm.lr, weight_decay=0.0)
+        return self.optimizers[role]
+
+    # -- advantages -----------------------------------------------------------------------------
+    def advantages(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        groups = [e.task_id for e in episodes]
+        a = self.cfg.algorithm
+        if a.name == "mgrpo":
+            team = team_relative_advantages(
+                torch.tensor([team_reward(e) for e in episodes]), groups, scale=a.scale
+            )
+            return {r: team for r in roles}
+        rewards = {r: torch.tensor([e.rewards.get(r, 0.0) for e in episodes]) for r in roles}
+        return role_relative_advantages(rewards, groups, scale=a.scale)
+
+    def turn_advantages(
+        self, episodes: list[Episode], roles: tuple[str, ...]
+    ) -> dict[str, dict[TurnKey, float]]:
+        """Per role, the advantage of each of its turns, keyed (episode index, turn index), in turn order:
+        GRPO / M-GRPO give every turn of a role its episode's advantage."""
+        adv = self.advantages(episodes, roles)
+        return {
+            role: {
+                (i, j): float(adv[role][i])
+                for i, ep in enumerate(episodes)
+                for j, t in enumerate(ep.turns)
+                if t.role == role
+            }
+            for role in roles
+        }
+
+    # -- the update -----------------------------------------------------------------------------
+    def update(self, episodes: list[Episode], roles: tuple[str, ...], step: int) -> dict[str, float]:
+        """GRPO / M-GRPO / PPO update of each role in ``roles`` on the turns it took in ``episodes``:
+        ``ppo_epochs`` passes over the turns, each split into ``minibatches`` optimizer steps (shuffled
+        from the seed ``step``); with ``ppo_critic`` the centralised critic gives each turn its advantage
+        and is fitted in the same update."""
+        a = self.cfg.algorithm
+        critic_batch: CriticBatch | None = None
+        if self.critic is not None:
+            critic_batch = self.critic.prepare(episodes, roles)
+            adv = critic_batch.advantages
+        else:
+            adv = self.turn_advantages(episodes, roles)
+        stats: dict[str, float] = {"perf/learner_tokens": 0.0}
+        for role in roles:
+            policy = self.policy_of(role)
+            items: list[_Sample] = [
+                _Sample(episodes[i].turns[j], value, episodes[i].turns[j].logprobs)
+                for (i, j), value in adv[role].items()
+                if episodes[i].turns[j].completion_ids and abs(value) > 1e-8
+            ]
+            if not items:  # every group had equal rewards: nothing to learn from this batch
+                stats[f"train/{role}/skipped"] = 1.0
+                continue
+            if policy.generation_backend is not None:
+                # The learner recomputes the behaviour log-probs: vLLM's come from other kernels (and,
+                # before vLLM 0.10.2, ignore the temperature), so its ratio would not start at 1.
+                stats[f"train/{role}/behaviour_logprob_gap"] = self._recompute_old_logprobs(
+                    policy, role, items
+                )
+            if a.kl_coef > 0:
+                for s, ref in zip(items, self._score(policy, ref_adapter(role), items), strict=True):
+                    s.ref_logprobs = ref
+            policy.set_trainable([role])
+            policy.model.train()
+            opt = self.optimizer(role)
+            order = random.Random(step).sample(items, len(items))
+            size = -(-len(order) // min(a.minibatches, len(order)))
+            minibatches = [order[i : i + size] for i in range(0, len(order), size)]
+            agg: dict[str, float] = {}
+            steps = a.ppo_epochs * len(minibatches)
+            for _ in range(a.ppo_epochs):
+                for minibatch in minibatches:
+                    self._step(policy, role, opt, minibatch, agg, weight=1.0 / steps)
+            stats["perf/learner_tokens"] += a.ppo_epochs * sum(
+                len(s.turn.prompt_ids) + len(s.turn.completion_ids) for s in items
+            )
+            policy.set_trainable([])
+            policy.model.eval()
+            stats.update({f"train/{role}/{k}": v for k, v in agg.items()})
+            stats[f"train/{role}/turns"] = float(len(items))
+        if self.critic is not None and critic_batch is not None:
+            stats.update(self.critic.train(critic_batch, seed=step))
+        return stats
+
+    def _step(
+        self,
+        policy: HFPolicy,
+        role: str,
+        opt: torch.optim.Optimizer,
+        batch: list[_Sample],
+        agg: dict[str, float],
+        weight: float,
+    ) -> None:
+        """One optimizer step on ``batch`` (micro-batched; token-mean loss over the whole batch)."""
+        a = self.cfg.algorithm
+        total_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
+        opt.zero_grad(set_to_none=True)
+        for start in range(0, len(batch), a.micro_batch):
+            chunk = batch[start : start + a.micro_batch]
+            logp, mask = policy.token_logprobs(
+                role,
+                [s.turn.prompt_ids for s in chunk],
+                [s.turn.completion_ids for s in chunk],
+                a.temperature,
+            )
+            width, device = logp.shape[1], logp.device
+            out = grpo_loss(
+                logp,
+                _pad([s.old_logprobs for s in chunk], width, device),
+                torch.tensor([s.advantage for s in chunk], device=device),
+                mask,
+                ref_logp=_pad([s.ref_logprobs for s in chunk], width, device) if a.kl_coef > 0 else None,
+                clip_low=a.clip_low,
+                clip_high=a.clip_high,
+                kl_coef=a.kl_coef,
+                num_tokens=total_tokens,
+            )
+            out.loss.backward()
+            share = weight * out.stats["num_tokens"] / total_tokens
+            for k, v in out.stats.items():
+                if k != "num_tokens":
+                    agg[k] = agg.get(k, 0.0) + v * share
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.adapter_parameters(role), a.max_grad_norm)
+        opt.step()
+        agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight
+
+    @torch.no_grad()
+    def _score(self, policy: HFPolicy, adapter: str, items: list[_Sample]) -> list[list[float]]:
+        """Log-probs of each turn's completion under ``adapter`` (e.g. the role's frozen SFT snapshot,
+        the KL reference), computed by the learner."""
+        mb = self.cfg.algorithm.micro_batch
+        scores: list[list[float]] = []
+        for start in range(0, len(items), mb):
+            chunk = items[start : start + mb]
+            logp, _ = policy.token_logprobs(
+                adapter,
+                [s.turn.prompt_ids for s in chunk],
+                [s.turn.completion_ids for s in chunk],
+                self.cfg.algorithm.temperature,
+            )
+            scores += [logp[row, : len(s.turn.completion_ids)].tolist() for row, s in enumerate(chunk)]
+        return scores
+
+    def _recompute_old_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> float:
+        """Replace the generator's behaviour log-probs by the learner's; returns their mean absolute gap
+        per token (near 0 when the generator serves the role's current adapter)."""
+        gap = tokens = 0.0
+        for s, learner in zip(items, self._score(policy, role, items), strict=True):
+            gap += sum(abs(x - y) for x, y in zip(s.old_logprobs, learner, strict=True))
+            tokens += len(learner)
+            s.old_logprobs = learner
+        return gap / max(tokens, 1.0)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        """The optimizers (``optimizers.pt``) and the critic (``critic/``) into ``directory``; the
+        adapters are the driver's to save."""
+        torch.save({r: o.state_dict() for r, o in self.optimizers.items()}, directory / OPTIMIZERS_FILE)
+        if self.critic is not None:
+            self.critic.save(directory / CRITIC_DIR)
+
+    def load(self, directory: Path) -> None:
+        """What :meth:`save` wrote (the adapters being loaded already)."""
+        saved = torch.load(directory / OPTIMIZERS_FILE, weights_only=False)
+        for role, sd in saved.items():
+            self.optimizer(role).load_state_dict(sd)
+        if self.critic is not None:
+            self.critic.load(directory / CRITIC_DIR)
+
+
+def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row[:width])
+    return out.to(device)
