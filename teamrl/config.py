@@ -630,9 +630,9 @@ class Config(_Strict):
         r = self.reward
         for name in r.role_alpha:
             if name not in roles:
-                raise ValueError(f"reward.role_alpha names {name!r}, not a role of the workflow {sorted(roles)}")
+                raise ValueError(f"reward.role_alpha names {name!r}, not a workflow role {sorted(roles)}")
         if r.role_alpha and not isinstance(self.workflow, WorkflowConfig):
-            raise ValueError(f"reward.role_alpha applies to the pipeline's hybrid rewards, not to {self.workflow.name}")
+            raise ValueError(f"reward.role_alpha is for the pipeline's rewards, not {self.workflow.name}")
         if r.credit == "counterfactual" and r.counterfactual_budget < self.algorithm.group_size:
             raise ValueError(
                 f"reward.counterfactual_budget={r.counterfactual_budget} is below algorithm.group_size="
