@@ -408,6 +408,11 @@ _SUITES: dict[str, type[_SuiteConfig]] = {"programming": TasksConfig, "reasoning
 
 class RewardConfig(_Strict):
     alpha: float = Field(0.6, ge=0, le=1, description="r_i = alpha * R + (1 - alpha) * p_i")
+    role_alpha: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict,
+        description="pipeline roles whose hybrid reward uses another alpha than reward.alpha, e.g. "
+        "{reviewer: 1.0}: the reviewer rewarded by the team outcome alone",
+    )
     format_penalty: float = Field(
         0.5, ge=0, description="subtracted per malformed turn, averaged over the role's turns"
     )
@@ -638,6 +643,11 @@ class Config(_Strict):
                         f"{self.trained_roles()}"
                     )
         r = self.reward
+        for name in r.role_alpha:
+            if name not in roles:
+                raise ValueError(f"reward.role_alpha names {name!r}, not a workflow role {sorted(roles)}")
+        if r.role_alpha and not isinstance(self.workflow, WorkflowConfig):
+            raise ValueError(f"reward.role_alpha is for the pipeline's rewards, not {self.workflow.name}")
         if r.credit == "counterfactual" and r.counterfactual_budget < self.algorithm.group_size:
             raise ValueError(
                 f"reward.counterfactual_budget={r.counterfactual_budget} is below algorithm.group_size="

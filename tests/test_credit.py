@@ -124,6 +124,21 @@ def test_shared_gives_every_role_the_outcome_and_hybrid_changes_nothing():
     assert ep.rewards == {"planner": 0.75, "coder": 0.75, "reviewer": 0.75, "tester": 0.75}
 
 
+def test_role_alpha_overrides_alpha_for_the_roles_it_names():
+    cfg = load_config(overrides=["reward.role_alpha={reviewer: 1.0, planner: 0.0}"])
+    ep = pipeline_episode()
+    ep.outcome = 0.75
+    assign_hybrid_rewards(ep, cfg.workflow.roles, cfg.reward.alpha, 0.0, cfg.reward.role_alpha)
+    p = ep.process
+    assert ep.rewards["reviewer"] == pytest.approx(0.75)  # the outcome alone
+    assert ep.rewards["planner"] == pytest.approx(p["planner"])  # its process score alone
+    assert ep.rewards["coder"] == pytest.approx(0.6 * 0.75 + 0.4 * p["coder"])  # reward.alpha
+    with pytest.raises(ConfigError, match="reward.role_alpha names 'judge'"):
+        load_config(overrides=["reward.role_alpha={judge: 1.0}"])
+    with pytest.raises(ConfigError, match="role_alpha"):
+        load_config(overrides=["reward.role_alpha={coder: 1.5}"])
+
+
 # -- MAPoRL by hand ---------------------------------------------------------------------------------
 
 INCENTIVES = {"alpha_follow": 0.1, "alpha_independent": 0.2, "beta_persuade": 0.3, "beta_oppose": 0.4}

@@ -22,7 +22,7 @@ run by the trainer after the rollout because it plays episodes again).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from teamrl.config import RewardConfig, RoleConfig
@@ -87,16 +87,22 @@ def process_scores(episode: Episode, roles: dict[str, RoleConfig]) -> dict[str, 
 
 
 def assign_hybrid_rewards(
-    episode: Episode, roles: dict[str, RoleConfig], alpha: float, format_penalty: float
+    episode: Episode,
+    roles: dict[str, RoleConfig],
+    alpha: float,
+    format_penalty: float,
+    role_alpha: Mapping[str, float] | None = None,
 ) -> None:
-    """Fill ``episode.process`` and ``episode.rewards`` for every role that spoke."""
+    """Fill ``episode.process`` and ``episode.rewards`` for every role that spoke; ``role_alpha``
+    overrides ``alpha`` for the roles it names."""
     process = process_scores(episode, roles)
     rewards: dict[str, float] = {}
     for role in dict.fromkeys(t.role for t in episode.turns):
         turns = episode.turns_of(role)
         malformed = sum(t.error is not None for t in turns) / len(turns)
         p = process.get(role, 0.0)
-        rewards[role] = alpha * episode.outcome + (1 - alpha) * p - format_penalty * malformed
+        a = (role_alpha or {}).get(role, alpha)
+        rewards[role] = a * episode.outcome + (1 - a) * p - format_penalty * malformed
         process[role] = p
     episode.process = process
     episode.rewards = rewards

@@ -129,7 +129,11 @@ class TeamAECEnv(AECEnv):
         self._coro = None
         asyncio.run(verify(episode, self.task, state, self.sandbox))
         assign_hybrid_rewards(
-            episode, self.cfg.workflow.roles, self.cfg.reward.alpha, self.cfg.reward.format_penalty
+            episode,
+            self.cfg.workflow.roles,
+            self.cfg.reward.alpha,
+            self.cfg.reward.format_penalty,
+            self.cfg.reward.role_alpha,
         )
         self.episode = episode
         for agent in self.agents:

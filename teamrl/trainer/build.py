@@ -103,7 +103,7 @@ def assign_rewards(cfg: Config, episode: Episode) -> None:
     if isinstance(cfg.workflow, DebateConfig):
         assign_debate_rewards(episode, r.alpha, r.format_penalty)
     else:
-        assign_hybrid_rewards(episode, cfg.workflow.roles, r.alpha, r.format_penalty)
+        assign_hybrid_rewards(episode, cfg.workflow.roles, r.alpha, r.format_penalty, r.role_alpha)
     apply_credit(episode, r, None if isinstance(cfg.workflow, DebateConfig) else cfg.workflow.roles)
 
 
