@@ -107,11 +107,11 @@ def one_worker_run(ray_instance, cache: Path, tmp_path_factory: pytest.TempPathF
     updates = record_update_fingerprints(first, [])
     rollout, calls = first.rollout, []
 
-    def stops_in_the_second_iteration(*args):
+    def stops_in_the_second_iteration(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:  # the evaluation after SFT, iteration 1, iteration 2
             raise Interrupted
-        return rollout(*args)
+        return rollout(*args, **kwargs)
 
     first.rollout = stops_in_the_second_iteration
     with pytest.raises(Interrupted):
