@@ -52,11 +52,13 @@ class Team:
         # Roles whose generations are shared: an identical prompt of such a role is sampled once and the
         # result reused (see share_turns).
         self.shared_roles: frozenset[str] = frozenset()
-        self._shared: dict[tuple[str, str], asyncio.Future[Generation]] = {}
+        self._shared: dict[tuple[str, str, object], asyncio.Future[Generation]] = {}
 
     def share_turns(self, roles: frozenset[str] | set[str] = frozenset()) -> None:
         """From now on, sample each distinct prompt of ``roles`` once and give every episode that asks
-        the same the same turn (marked ``reused`` after the first); forget earlier shared samples.
+        the same the same turn (marked ``reused`` after the first); forget earlier shared samples. A
+        workflow that samples one prompt several times in an episode tells the samples apart with
+        ``context["sample"]`` (the k-th sample is shared, not the first K times over).
 
         The trainer shares the frozen roles' turns within a training rollout: the G episodes of a task
         then see the same upstream turns, so the trained role's group-relative advantage compares its
@@ -89,7 +91,7 @@ class Team:
         request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, seat.temperature)
         reused = False
         if role in self.shared_roles:
-            key = (role, prompt)
+            key = (role, prompt, (context or {}).get("sample"))
             first = self._shared.get(key)
             if first is None:
                 future = self._shared[key] = asyncio.get_running_loop().create_future()
