@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from scripted_seats import scripted
-from trainer_spy import record_updates
+from tiny_base import TINY_BASE
+from trainer_spy import killed_then_resumed, record_updates
 
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, SelfPlayConfig, dump_config, load_config
@@ -34,19 +35,7 @@ PS_EXAMPLE = EXAMPLES / "self_play_proposer_solver.yaml"
 
 TINY = [
     "workflow.name=self_play",
-    "policies.default.embedded.hidden_size=64",
-    "policies.default.embedded.num_layers=2",
-    "policies.default.embedded.num_heads=2",
-    "policies.default.embedded.vocab_size=400",
-    "policies.default.embedded.demo_episodes=30",
-    "policies.default.embedded.steps=8",
-    "policies.default.lora.r=4",
-    "policies.default.lora.alpha=8",
-    "recipe.sft.demo_episodes=6",
-    "tasks.heldout_size=3",
-    "algorithm.group_size=2",
-    "algorithm.tasks_per_iteration=2",
-    "run.progress=false",
+    *TINY_BASE,
 ]
 TASK = ReasoningTask("t", "What is (2 + 3) * 4?", 20, solution=("2 + 3 = 5", "5 * 4 = 20"))
 
@@ -317,21 +306,7 @@ def test_a_killed_self_play_run_resumes(cache, tmp_path, monkeypatch):
         overrides=[*TINY, cache, "workflow.game=proposer_solver", "workflow.solver_samples=2"]
         + ["recipe.name=freeze_rotate", "recipe.iterations_per_role=1"]
     )
-    run = tmp_path / "run"
-    trainer = Trainer(cfg, run)
-    original = trainer.update
-    calls = {"n": 0}
-
-    def dies_on_second(episodes, roles):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(episodes, roles)
-
-    monkeypatch.setattr(trainer, "update", dies_on_second)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit()
-    resumed = Trainer(load_config(run / "config.yaml"), run, resume=True)
+    resumed = killed_then_resumed(cfg, tmp_path / "run", monkeypatch)
     assert resumed.state.step == 1
     assert resumed.fit()["evals"][-1]["label"] == "after_rl"
 

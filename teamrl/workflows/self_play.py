@@ -26,6 +26,7 @@ import ast
 import asyncio
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from teamrl.config import GENERATOR, JUDGE, PROPOSER, SOLVER, SelfPlayConfig
 from teamrl.engine.team import Team
@@ -151,6 +152,14 @@ def verdict_of(turn: Turn) -> str | None:
     return found
 
 
+async def answer_turn(team: Team, role: str, prompt: str, round: int, context: dict[str, Any]) -> Turn:
+    """``role``'s reply, which must end with a final answer (else ``Turn.error`` says so)."""
+    turn = await team.act(role, prompt, "answer", round=round, context=context)
+    if turn.error is None and final_answer(turn) is None:
+        turn.error = f"{role}: no final answer; end with 'ANSWER: <answer>'"
+    return turn
+
+
 # ---------------------------------------------------------------- game 1: generator vs judge
 
 
@@ -163,9 +172,7 @@ async def generator_judge(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, 
         )
     episode = Episode(task_id=task.task_id, group=group)
     prompt = debate_prompt(GENERATOR, cfg.generator_sop, task, [])
-    generated = await team.act(GENERATOR, prompt, "answer", round=0, context={"task": task})
-    if generated.error is None and final_answer(generated) is None:
-        generated.error = f"{GENERATOR}: no final answer; end with 'ANSWER: <answer>'"
+    generated = await answer_turn(team, GENERATOR, prompt, round=0, context={"task": task})
     answer = final_answer(generated)
 
     shown = argument(generated)
@@ -231,16 +238,12 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
             family="proposed",
         )
         prompt = debate_prompt(SOLVER, cfg.solver_sop, problem, [])
-
-        async def attempt(k: int) -> Turn:
-            turn = await team.act(
-                SOLVER, prompt, "answer", round=1, context={"problem": expression, "sample": k}
+        attempts = await asyncio.gather(
+            *(
+                answer_turn(team, SOLVER, prompt, round=1, context={"problem": expression, "sample": k})
+                for k in range(cfg.solver_samples)
             )
-            if turn.error is None and final_answer(turn) is None:
-                turn.error = f"{SOLVER}: no final answer; end with 'ANSWER: <answer>'"
-            return turn
-
-        attempts = list(await asyncio.gather(*(attempt(k) for k in range(cfg.solver_samples))))
+        )
         episode.turns += attempts
         answers = [final_answer(t) for t in attempts]
         correct = [problem.check(a) for a in answers]
@@ -271,9 +274,7 @@ async def solve_alone(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, grou
         raise ValueError(f"task {task.task_id} has no answer: the solver's accuracy needs the label")
     episode = Episode(task_id=task.task_id, group=group)
     prompt = debate_prompt(SOLVER, cfg.solver_sop, task, [])
-    turn = await team.act(SOLVER, prompt, "answer", round=1, context={"task": task})
-    if turn.error is None and final_answer(turn) is None:
-        turn.error = f"{SOLVER}: no final answer; end with 'ANSWER: <answer>'"
+    turn = await answer_turn(team, SOLVER, prompt, round=1, context={"task": task})
     episode.turns = [turn]
     episode.errors = [turn.error] if turn.error is not None else []
     answer = final_answer(turn)
