@@ -18,6 +18,11 @@ the K attempts, less the format penalty times its share of malformed attempts. T
 ``target_rate``, or ``invalid_penalty`` for a malformed, unsafe or too large problem (the solver
 then does not play). The problem's difficulty (operations, largest number, nesting, answer size)
 goes into ``episode.verifier["difficulty"]``.
+
+In ``teamrl train`` (``workflow: {name: self_play, game: ...}``) every role is a seat as in a debate;
+:func:`self_play_metrics` adds each game's figures to the rollout and held-out summaries, and an
+evaluation of ``proposer_solver`` also asks the solver alone the fixed held-out problems
+(:func:`solve_alone`), so that its progress is measured on problems the proposer does not choose.
 """
 
 from __future__ import annotations
