@@ -122,9 +122,7 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     team = Team(expert_seats(cfg, rng))
     tasks: list[Task] = suite.sample("train", n_episodes, rng)
     solver_alone = isinstance(cfg.workflow, SelfPlayConfig) and cfg.workflow.game == "proposer_solver"
-    if isinstance(cfg.workflow, DebateConfig) or (
-        isinstance(cfg.workflow, SelfPlayConfig) and not solver_alone
-    ):
+    if isinstance(cfg.workflow, DebateConfig | SelfPlayConfig) and not solver_alone:
         tasks = _with_answers(tasks)
 
     async def play() -> list[Episode]:
