@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from teamrl.config import Config, ConfigError, DebateConfig, load_config
+from teamrl.config import Config, ConfigError, DebateConfig, SelfPlayConfig, load_config
 
 
 def _run_dir(cfg: Config) -> Path:
@@ -19,10 +19,30 @@ def _run_dir(cfg: Config) -> Path:
     return Path(cfg.run.out_dir) / name
 
 
+_SELF_PLAY_HEADLINES = {
+    "generator_judge": [
+        ("gen acc", "eval/selfplay/generator_accuracy"),
+        ("judge acc", "eval/selfplay/judge_accuracy"),
+        ("accepts ok", "eval/selfplay/judge_accepts_correct"),
+        ("rejects wrong", "eval/selfplay/judge_rejects_wrong"),
+    ],
+    "proposer_solver": [
+        ("valid", "eval/selfplay/valid_rate"),
+        ("solve rate", "eval/selfplay/solver_rate"),
+        ("ops", "eval/selfplay/difficulty/operations"),
+        ("max num", "eval/selfplay/difficulty/max_operand"),
+        ("fixed-set acc", "eval/selfplay/solver_heldout_accuracy"),
+    ],
+}
+
+
 def _headline(cfg: Config) -> list[tuple[str, str]]:
-    """The held-out table's leading (column, metric) pairs: a debate's outcome is its accuracy."""
+    """The held-out table's leading (column, metric) pairs: a debate's outcome is its accuracy, a
+    self-play game's are its own figures (teamrl.workflows.self_play.self_play_metrics)."""
     if isinstance(cfg.workflow, DebateConfig):
         return [("accuracy", "eval/solved")]
+    if isinstance(cfg.workflow, SelfPlayConfig):
+        return _SELF_PLAY_HEADLINES[cfg.workflow.game]
     return [("success", "eval/solved"), ("pass fraction", "eval/outcome")]
 
 
@@ -40,7 +60,7 @@ def _result_table(summary: dict[str, Any], cfg: Config) -> None:
     for ev in summary["evals"]:
         if ev["label"] not in ("after_sft", "after_rl", "eval"):
             continue
-        cells = [ev["label"], *(f"{ev[key]:.3f}" for _, key in headline)]
+        cells = [ev["label"], *(f"{ev.get(key, float('nan')):.3f}" for _, key in headline)]
         cells += [f"{ev.get(f'eval/reward/{r}', float('nan')):.3f}" for r in roles]
         table.add_row(*cells)
     console = Console()

@@ -134,7 +134,7 @@ SELF_PLAY_ROLES = {"generator_judge": [GENERATOR, JUDGE], "proposer_solver": [PR
 class SelfPlayConfig(_Strict):
     """Workflow ``self_play``: two roles play a game against each other (see
     teamrl/workflows/self_play.py). ``generator_judge``: roles ``generator`` and ``judge``;
-    ``proposer_solver``: roles ``proposer`` and ``solver``. Not yet selectable in ``teamrl train``."""
+    ``proposer_solver``: roles ``proposer`` and ``solver``."""
 
     name: Literal["self_play"] = "self_play"
     game: Literal["generator_judge", "proposer_solver"] = Field(
@@ -369,7 +369,7 @@ class TasksConfig(_SuiteConfig):
 
 
 class ReasoningTasksConfig(_SuiteConfig):
-    """Reasoning questions (workflow debate): generated problems, or your own JSONL file."""
+    """Reasoning questions (workflows debate and self_play): generated problems, or your own JSONL file."""
 
     suite: Literal["reasoning"] = "reasoning"
     families: list[str] = Field(
@@ -402,7 +402,7 @@ class ReasoningTasksConfig(_SuiteConfig):
 
 
 # The task suite each workflow plays, and the config section of each suite.
-WORKFLOW_SUITES = {"pipeline": "programming", "debate": "reasoning"}
+WORKFLOW_SUITES = {"pipeline": "programming", "debate": "reasoning", "self_play": "reasoning"}
 _SUITES: dict[str, type[_SuiteConfig]] = {"programming": TasksConfig, "reasoning": ReasoningTasksConfig}
 
 
@@ -598,7 +598,7 @@ class Config(_Strict):
     tasks: Annotated[TasksConfig | ReasoningTasksConfig, Field(discriminator="suite")] = Field(
         default_factory=TasksConfig
     )
-    workflow: Annotated[WorkflowConfig | DebateConfig, Field(discriminator="name")] = Field(
+    workflow: Annotated[WorkflowConfig | DebateConfig | SelfPlayConfig, Field(discriminator="name")] = Field(
         default_factory=WorkflowConfig
     )
     policies: dict[str, PolicyConfig] = Field(default_factory=lambda: {"default": PolicyConfig()})
@@ -617,6 +617,8 @@ class Config(_Strict):
             )
         if isinstance(self.workflow, WorkflowConfig):
             _check_pipeline(self.workflow)
+        if isinstance(self.workflow, SelfPlayConfig):
+            _check_self_play(self.workflow, self.tasks, self.reward)
         roles = self.workflow.roles
         for name, role in roles.items():
             if role.policy not in self.policies:
@@ -712,6 +714,23 @@ def _check_pipeline(workflow: WorkflowConfig) -> None:
     for stage in ("review", "tests"):
         if stage in kinds and kinds.index(stage) < kinds.index("code"):
             raise ValueError(f"a '{stage}' role must come after the first 'code' role in workflow.order")
+
+
+def _check_self_play(workflow: SelfPlayConfig, tasks: _SuiteConfig, reward: RewardConfig) -> None:
+    if reward.credit != "hybrid":
+        raise ValueError(
+            f"reward.credit is {reward.credit!r}, but workflow self_play rewards each role by the rules of "
+            "its game (see teamrl/workflows/self_play.py); remove reward.credit (hybrid, the default)"
+        )
+    path = getattr(tasks, "path", None)
+    if workflow.game == "generator_judge" and path is not None:
+        unlabelled = [t.task_id for t in load_jsonl_tasks(Path(path).expanduser()) if t.answer is None]
+        if unlabelled:
+            raise ValueError(
+                f"tasks.path: game generator_judge rewards the judge against the label, but "
+                f"{len(unlabelled)} task(s) of {path} have no answer (first: {unlabelled[0]!r}); give "
+                "every task an answer, or play game proposer_solver"
+            )
 
 
 def _format_errors(err: ValidationError) -> str:
@@ -814,9 +833,10 @@ def _defaults(data: dict[str, Any]) -> dict[str, Any]:
     suite (or of the suite it names)."""
     out = Config().model_dump(mode="json")  # the pipeline on programming tasks
     workflow = _section(data, "workflow").get("name", "pipeline")
-    if workflow == "debate":
-        # a debate's roles depend on its size: validation fills in the ones the config leaves out
-        out["workflow"] = DebateConfig().model_dump(mode="json", exclude={"roles"})
+    if workflow in ("debate", "self_play"):
+        # their roles depend on the debate's size or the game: validation fills in the ones left out
+        kind = DebateConfig if workflow == "debate" else SelfPlayConfig
+        out["workflow"] = kind().model_dump(mode="json", exclude={"roles"})
     suite = _section(data, "tasks").get("suite", WORKFLOW_SUITES.get(workflow))
     if suite in _SUITES:
         out["tasks"] = _SUITES[suite]().model_dump(mode="json")

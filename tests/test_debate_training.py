@@ -6,7 +6,8 @@ import random
 from pathlib import Path
 
 import pytest
-from trainer_spy import record_updates
+from tiny_base import TINY_BASE
+from trainer_spy import killed_then_resumed, record_updates
 
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, dump_config, load_config
@@ -22,22 +23,10 @@ TINY = [
     "workflow.name=debate",
     "workflow.debaters=2",
     "workflow.aggregation=judge",
-    "policies.default.embedded.hidden_size=64",
-    "policies.default.embedded.num_layers=2",
-    "policies.default.embedded.num_heads=2",
-    "policies.default.embedded.vocab_size=400",
-    "policies.default.embedded.demo_episodes=30",
-    "policies.default.embedded.steps=8",
-    "policies.default.lora.r=4",
-    "policies.default.lora.alpha=8",
-    "recipe.sft.demo_episodes=6",
-    "tasks.heldout_size=3",
-    "algorithm.group_size=2",
-    "algorithm.tasks_per_iteration=2",
+    *TINY_BASE,
     "workflow.roles.debater_1.trainable=false",  # a frozen seat: it must not move
     "recipe.name=freeze_rotate",
     "recipe.iterations_per_role=1",
-    "run.progress=false",
 ]
 
 
@@ -198,20 +187,6 @@ def test_an_update_moves_exactly_the_trained_debaters(tiny_cfg, tmp_path):
 
 
 def test_a_killed_debate_run_resumes(tiny_cfg, tmp_path, monkeypatch):
-    run = tmp_path / "run"
-    trainer = Trainer(tiny_cfg, run)
-    original = trainer.update
-    calls = {"n": 0}
-
-    def dies_on_second(episodes, roles):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(episodes, roles)
-
-    monkeypatch.setattr(trainer, "update", dies_on_second)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit()
-    resumed = Trainer(load_config(run / "config.yaml"), run, resume=True)
+    resumed = killed_then_resumed(tiny_cfg, tmp_path / "run", monkeypatch)
     assert resumed.state.step == 1
     assert resumed.fit()["evals"][-1]["label"] == "after_rl"

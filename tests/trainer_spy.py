@@ -1,8 +1,14 @@
-"""Test helper: watch what each ``Trainer.update`` trained."""
+"""Test helpers: watch what each ``Trainer.update`` trained, or stop a run in one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
+
+from teamrl.config import load_config
+from teamrl.trainer.trainer import Trainer
 
 
 def record_updates(trainer: Any, monkeypatch: Any) -> list[tuple[tuple[str, ...], set[str], set[str]]]:
@@ -21,3 +27,22 @@ def record_updates(trainer: Any, monkeypatch: Any) -> list[tuple[tuple[str, ...]
 
     monkeypatch.setattr(trainer, "update", spy)
     return seen
+
+
+def killed_then_resumed(cfg: Any, run: Path, monkeypatch: Any) -> Trainer:
+    """Train ``cfg`` in ``run`` until its second update raises KeyboardInterrupt, as a run killed there
+    stops; return the trainer that resumes it."""
+    trainer = Trainer(cfg, run)
+    original = trainer.update
+    calls = {"n": 0}
+
+    def dies(episodes, roles):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(episodes, roles)
+
+    monkeypatch.setattr(trainer, "update", dies)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    return Trainer(load_config(run / "config.yaml"), run, resume=True)

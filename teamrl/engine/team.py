@@ -87,11 +87,13 @@ class Team:
         # Roles whose generations are shared: an identical prompt of such a role is sampled once and the
         # result reused (see share_turns).
         self.shared_roles: frozenset[str] = frozenset()
-        self._shared: dict[tuple[str, str], asyncio.Future[Generation]] = {}
+        self._shared: dict[tuple[str, str, object], asyncio.Future[Generation]] = {}
 
     def share_turns(self, roles: frozenset[str] | set[str] = frozenset()) -> None:
         """From now on, sample each distinct prompt of ``roles`` once and give every episode that asks
-        the same the same turn (marked ``reused`` after the first); forget earlier shared samples.
+        the same the same turn (marked ``reused`` after the first); forget earlier shared samples. A
+        workflow that samples one prompt several times in an episode tells the samples apart with
+        ``context["sample"]`` (the k-th sample is shared, not the first K times over).
 
         The trainer shares the frozen roles' turns within a training rollout: the G episodes of a task
         then see the same upstream turns, so the trained role's group-relative advantage compares its
@@ -123,13 +125,14 @@ class Team:
         assert self.engine is not None
         seeds = _EPISODE_SEEDS.get()
         shared = role in self.shared_roles
+        sample = (context or {}).get("sample")  # repeated attempts at one prompt (self-play's solver)
         seed = None
         if seeds is not None:
-            seed = derive_seed(seeds.rollout, "shared", role, prompt) if shared else seeds.next()
+            seed = derive_seed(seeds.rollout, "shared", role, prompt, sample) if shared else seeds.next()
         request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, seat.temperature, seed)
         reused = False
         if shared:
-            key = (role, prompt)
+            key = (role, prompt, sample)
             first = self._shared.get(key)
             if first is None:
                 future = self._shared[key] = asyncio.get_running_loop().create_future()

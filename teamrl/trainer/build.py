@@ -13,7 +13,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from teamrl.config import JUDGE, Config, ConfigError, DebateConfig, PolicyConfig, ReasoningTasksConfig
+from teamrl.config import (
+    JUDGE,
+    Config,
+    ConfigError,
+    DebateConfig,
+    PolicyConfig,
+    ReasoningTasksConfig,
+    SelfPlayConfig,
+)
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import EpisodeSeeds, Seat, Team, derive_seed, seeded
 from teamrl.policies.hf import HFPolicy, LoraSettings, resolve_checkpoint, resolve_device, resolve_dtype
@@ -27,8 +35,15 @@ from teamrl.tasks.programming import ProgrammingTask, ProgrammingTaskSuite
 from teamrl.tasks.reasoning import ReasoningTask, ReasoningTaskSuite, TaskFileSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
 from teamrl.workflows.debate import assign_debate_rewards, debate
-from teamrl.workflows.experts import debate_experts, pipeline_experts
+from teamrl.workflows.experts import debate_experts, pipeline_experts, self_play_experts
 from teamrl.workflows.pipeline import pipeline
+from teamrl.workflows.self_play import (
+    assign_self_play_rewards,
+    generator_judge,
+    proposer_solver,
+    self_play_metrics,
+    solve_alone,
+)
 
 log = logging.getLogger("teamrl")
 
@@ -52,9 +67,10 @@ def build_suite(cfg: Config) -> Suite:
 
 
 def build_sandbox(cfg: Config) -> Sandbox | None:
-    """The sandbox the pipeline runs code in; None for a debate, which checks answers in-process. With
-    the Ray backend, a pool of Ray sandbox workers that runs each check in such a sandbox."""
-    if isinstance(cfg.workflow, DebateConfig):
+    """The sandbox the pipeline runs code in; None for a debate or self-play, which check answers
+    in-process. With the Ray backend, a pool of Ray sandbox workers that runs each check in such a
+    sandbox."""
+    if isinstance(cfg.workflow, DebateConfig | SelfPlayConfig):
         return None
     s = cfg.sandbox
     limits = SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
@@ -72,6 +88,9 @@ def play_episode(
     """One verified episode of the config's workflow (a pipeline without a sandbox stays unverified)."""
     if isinstance(cfg.workflow, DebateConfig):
         return debate(team, task, cfg.workflow, group=group)  # type: ignore[arg-type]
+    if isinstance(cfg.workflow, SelfPlayConfig):
+        game = generator_judge if cfg.workflow.game == "generator_judge" else proposer_solver
+        return game(team, task, cfg.workflow, group=group)  # type: ignore[arg-type]
     return pipeline(team, task, cfg.workflow, sandbox, group=group)  # type: ignore[arg-type]
 
 
@@ -100,6 +119,9 @@ def episode_factories(
 def assign_rewards(cfg: Config, episode: Episode) -> None:
     """Per-role process scores and rewards of a verified episode, by the workflow's credit rules."""
     r = cfg.reward
+    if isinstance(cfg.workflow, SelfPlayConfig):  # the game's rules are its credit (config: hybrid only)
+        assign_self_play_rewards(episode, cfg.workflow, r.format_penalty)
+        return
     if isinstance(cfg.workflow, DebateConfig):
         assign_debate_rewards(episode, r.alpha, r.format_penalty)
     else:
@@ -112,6 +134,9 @@ def expert_seats(cfg: Config, rng: random.Random) -> dict[str, Seat]:
     if isinstance(cfg.workflow, DebateConfig):
         experts = debate_experts(rng)
         return {r: Seat(script=experts["judge" if r == JUDGE else "debater"]) for r in cfg.workflow.order}
+    if isinstance(cfg.workflow, SelfPlayConfig):
+        experts = self_play_experts(rng)
+        return {r: Seat(script=experts[r]) for r in cfg.workflow.order}
     experts = pipeline_experts(rng)
     roles = cfg.workflow.roles
     return {r: Seat(script=experts[roles[r].kind]) for r in cfg.workflow.order}
@@ -124,17 +149,38 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     rng = random.Random(seed)
     team = Team(expert_seats(cfg, rng))
     tasks: list[Task] = suite.sample("train", n_episodes, rng)
-    if isinstance(cfg.workflow, DebateConfig):
+    solver_alone = isinstance(cfg.workflow, SelfPlayConfig) and cfg.workflow.game == "proposer_solver"
+    if isinstance(cfg.workflow, DebateConfig | SelfPlayConfig) and not solver_alone:
         tasks = _with_answers(tasks)
 
     async def play() -> list[Episode]:
-        return [await play_episode(cfg, team, task, sandbox=None) for task in tasks]
+        episodes = [await play_episode(cfg, team, task, sandbox=None) for task in tasks]
+        if solver_alone:  # the solver also learns the suite's own problems, which evaluations ask it
+            known = [t for t in tasks if isinstance(t, ReasoningTask) and t.answer is not None]
+            episodes += [await solve_alone(team, t, cfg.workflow) for t in known]  # type: ignore[arg-type]
+        return episodes
 
     pairs: dict[str, list[tuple[str, str]]] = {r: [] for r in cfg.workflow.order}
     for episode in asyncio.run(play()):
         for turn in episode.turns:
             pairs[turn.role].append((turn.prompt, turn.text))
     return pairs
+
+
+def solver_heldout_evaluation(
+    cfg: Config, team: Team, engine: Engine, tasks: list[Task], samples: int
+) -> tuple[dict[str, float], list[Episode]]:
+    """proposer_solver: the solver alone on the held-out problems themselves, ``samples`` times each: its
+    accuracy on a fixed set, whatever the proposer writes (``eval/selfplay/solver_heldout_accuracy``) and
+    those episodes. Every other workflow: nothing. Played by this process's engine, Ray backend or not."""
+    wf = cfg.workflow
+    if not isinstance(wf, SelfPlayConfig) or wf.game != "proposer_solver":
+        return {}, []
+    known = [t for t in tasks if isinstance(t, ReasoningTask) and t.answer is not None]
+    episodes = engine.run(
+        [lambda t=t, g=g: solve_alone(team, t, wf, group=g) for t in known for g in range(samples)]
+    )
+    return self_play_metrics(episodes, prefix="eval/"), episodes
 
 
 def _with_answers(tasks: list[Task]) -> list[Task]:

@@ -38,9 +38,11 @@ from teamrl.trainer.build import (
     demonstrations,
     episode_factories,
     play_episode,
+    solver_heldout_evaluation,
 )
 from teamrl.trainer.learner import Learner, ref_adapter
 from teamrl.trainer.run_dir import JsonlLog, write_jsonl
+from teamrl.workflows.self_play import self_play_metrics
 
 log = logging.getLogger("teamrl")
 
@@ -173,8 +175,16 @@ class Trainer:
                 policy.model.eval()
         episodes = self.rollout(tasks, self.cfg.run.eval_samples, seed_key="eval")
         result = {"label": label, "step": self.state.step, **summarize(episodes, prefix="eval/")}
+        alone, solo = solver_heldout_evaluation(
+            self.cfg, self.team, self.engine, tasks, self.cfg.run.eval_samples
+        )
+        result.update(alone)
         if save_episodes:
             write_jsonl(self.run_dir / "episodes" / f"eval_{label}.jsonl", (e.model_dump() for e in episodes))
+            if solo:
+                write_jsonl(
+                    self.run_dir / "episodes" / f"eval_{label}_solver.jsonl", (e.model_dump() for e in solo)
+                )
         return result
 
     # -- learning -------------------------------------------------------------------------------
@@ -362,7 +372,8 @@ class Trainer:
 
 
 def summarize(episodes: list[Episode], prefix: str) -> dict[str, float]:
-    """Team success, outcome and per-role reward / process / format-error means."""
+    """Team success, outcome, per-role reward / process / format-error means and, for self-play, the
+    game's own figures (``selfplay/...``)."""
     n = max(len(episodes), 1)
     out = {
         f"{prefix}solved": sum(bool(e.verifier.get("solved")) for e in episodes) / n,
@@ -376,6 +387,7 @@ def summarize(episodes: list[Episode], prefix: str) -> dict[str, float]:
         out[f"{prefix}process/{role}"] = sum(e.process.get(role, 0.0) for e in eps) / len(eps)
         turns = [t for e in eps for t in e.turns_of(role)]
         out[f"{prefix}format_error/{role}"] = sum(t.error is not None for t in turns) / max(len(turns), 1)
+    out.update(self_play_metrics(episodes, prefix))
     return out
 
 

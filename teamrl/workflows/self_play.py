@@ -18,6 +18,11 @@ the K attempts, less the format penalty times its share of malformed attempts. T
 ``target_rate``, or ``invalid_penalty`` for a malformed, unsafe or too large problem (the solver
 then does not play). The problem's difficulty (operations, largest number, nesting, answer size)
 goes into ``episode.verifier["difficulty"]``.
+
+In ``teamrl train`` (``workflow: {name: self_play, game: ...}``) every role is a seat as in a debate;
+:func:`self_play_metrics` adds each game's figures to the rollout and held-out summaries, and an
+evaluation of ``proposer_solver`` also asks the solver alone the fixed held-out problems
+(:func:`solve_alone`), so that its progress is measured on problems the proposer does not choose.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import ast
 import asyncio
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from teamrl.config import GENERATOR, JUDGE, PROPOSER, SOLVER, SelfPlayConfig
 from teamrl.engine.team import Team
@@ -54,6 +60,7 @@ class Evaluated:
     operations: int  # binary and unary operators
     max_operand: int  # largest absolute value of a number written in it
     depth: int  # nesting depth of the operator tree (a lone number: 0)
+    steps: tuple[str, ...] = ()  # its binary operations in evaluation order, "a op b = c"
 
 
 def evaluate_expression(
@@ -86,6 +93,7 @@ def evaluate_expression(
 
     operations = 0
     largest = 0
+    steps: list[str] = []
 
     def bounded(value: int) -> int:
         if abs(value) > max_value:
@@ -122,12 +130,13 @@ def evaluate_expression(
                 ast.FloorDiv: lambda: left // right,
                 ast.Mod: lambda: left % right,
             }[type(node.op)]()
+            steps.append(f"{left} {_OPERATORS[type(node.op)]} {right} = {value}")
             return bounded(value), max(left_depth, right_depth) + 1
         shown = ast.unparse(node)[:40]
         raise UnsafeExpression(f"{shown!r} is not allowed; only integers, + - * // % and parentheses")
 
     value, depth = walk(tree.body)
-    return Evaluated(value=value, operations=operations, max_operand=largest, depth=depth)
+    return Evaluated(value=value, operations=operations, max_operand=largest, depth=depth, steps=tuple(steps))
 
 
 def proposed_problem(text: str) -> str | None:
@@ -148,6 +157,14 @@ def verdict_of(turn: Turn) -> str | None:
     return found
 
 
+async def answer_turn(team: Team, role: str, prompt: str, round: int, context: dict[str, Any]) -> Turn:
+    """``role``'s reply, which must end with a final answer (else ``Turn.error`` says so)."""
+    turn = await team.act(role, prompt, "answer", round=round, context=context)
+    if turn.error is None and final_answer(turn) is None:
+        turn.error = f"{role}: no final answer; end with 'ANSWER: <answer>'"
+    return turn
+
+
 # ---------------------------------------------------------------- game 1: generator vs judge
 
 
@@ -160,9 +177,7 @@ async def generator_judge(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, 
         )
     episode = Episode(task_id=task.task_id, group=group)
     prompt = debate_prompt(GENERATOR, cfg.generator_sop, task, [])
-    generated = await team.act(GENERATOR, prompt, "answer", round=0, context={"task": task})
-    if generated.error is None and final_answer(generated) is None:
-        generated.error = f"{GENERATOR}: no final answer; end with 'ANSWER: <answer>'"
+    generated = await answer_turn(team, GENERATOR, prompt, round=0, context={"task": task})
     answer = final_answer(generated)
 
     shown = argument(generated)
@@ -228,16 +243,12 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
             family="proposed",
         )
         prompt = debate_prompt(SOLVER, cfg.solver_sop, problem, [])
-
-        async def attempt(k: int) -> Turn:
-            turn = await team.act(
-                SOLVER, prompt, "answer", round=1, context={"problem": expression, "sample": k}
+        attempts = await asyncio.gather(
+            *(
+                answer_turn(team, SOLVER, prompt, round=1, context={"problem": expression, "sample": k})
+                for k in range(cfg.solver_samples)
             )
-            if turn.error is None and final_answer(turn) is None:
-                turn.error = f"{SOLVER}: no final answer; end with 'ANSWER: <answer>'"
-            return turn
-
-        attempts = list(await asyncio.gather(*(attempt(k) for k in range(cfg.solver_samples))))
+        )
         episode.turns += attempts
         answers = [final_answer(t) for t in attempts]
         correct = [problem.check(a) for a in answers]
@@ -257,6 +268,29 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
         "success_rate": rate,
         "target_rate": cfg.target_rate,
         "solved": any(correct),
+    }
+    return episode
+
+
+async def solve_alone(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, group: int = 0) -> Episode:
+    """The solver alone on ``task``, with the prompt it gets for a proposed problem: how evaluations
+    measure it on a fixed set of problems, whatever the proposer writes."""
+    if task.answer is None:
+        raise ValueError(f"task {task.task_id} has no answer: the solver's accuracy needs the label")
+    episode = Episode(task_id=task.task_id, group=group)
+    prompt = debate_prompt(SOLVER, cfg.solver_sop, task, [])
+    turn = await answer_turn(team, SOLVER, prompt, round=1, context={"task": task})
+    episode.turns = [turn]
+    episode.errors = [turn.error] if turn.error is not None else []
+    answer = final_answer(turn)
+    correct = task.check(answer)
+    episode.outcome = float(correct)
+    episode.verifier = {
+        "game": "solve",
+        "answer": answer,
+        "correct": correct,
+        "solved": correct,
+        "label": str(task.answer),
     }
     return episode
 
@@ -298,3 +332,50 @@ def assign_self_play_rewards(episode: Episode, cfg: SelfPlayConfig, format_penal
         rewards[role] = score - format_penalty * malformed
     episode.process = process
     episode.rewards = rewards
+
+
+# ---------------------------------------------------------------- metrics
+
+
+DIFFICULTY_KEYS = ("operations", "max_operand", "depth", "answer_digits")
+
+
+def self_play_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
+    """Each game's own figures over ``episodes`` (episodes of other workflows add none), keyed
+    ``{prefix}selfplay/...``; a figure whose episodes are missing (no valid problem, no wrong answer) is
+    left out rather than reported as 0.
+
+    generator_judge: ``generator_accuracy``, ``judge_accuracy`` (verdicts right), ``judge_accepts_correct``
+    and ``judge_rejects_wrong`` (a judge that always rejects a weak generator scores a high accuracy, not
+    both of these). proposer_solver: ``valid_rate``, ``solver_rate`` (the solver's success on the valid
+    problems) and ``difficulty/<proxy>`` (means over the valid problems). Episodes of
+    :func:`solve_alone`: ``solver_heldout_accuracy``.
+    """
+    out: dict[str, float] = {}
+
+    def share(name: str, flags: list[bool]) -> None:
+        if flags:
+            out[f"{prefix}selfplay/{name}"] = sum(flags) / len(flags)
+
+    def mean(name: str, values: list[float]) -> None:
+        if values:
+            out[f"{prefix}selfplay/{name}"] = sum(values) / len(values)
+
+    by_game: dict[str, list[dict]] = {}
+    for e in episodes:
+        game = e.verifier.get("game")
+        if isinstance(game, str):
+            by_game.setdefault(game, []).append(e.verifier)
+    judged = by_game.get("generator_judge", [])
+    share("generator_accuracy", [bool(v["correct"]) for v in judged])
+    share("judge_accuracy", [bool(v["verdict_correct"]) for v in judged])
+    share("judge_accepts_correct", [v["verdict"] == "accept" for v in judged if v["correct"]])
+    share("judge_rejects_wrong", [v["verdict"] == "reject" for v in judged if not v["correct"]])
+    proposed = by_game.get("proposer_solver", [])
+    valid = [v for v in proposed if v["valid"]]
+    share("valid_rate", [bool(v["valid"]) for v in proposed])
+    mean("solver_rate", [float(v["success_rate"]) for v in valid])
+    for key in DIFFICULTY_KEYS:
+        mean(f"difficulty/{key}", [float(v["difficulty"][key]) for v in valid])
+    share("solver_heldout_accuracy", [bool(v["correct"]) for v in by_game.get("solve", [])])
+    return out
