@@ -180,3 +180,18 @@ def test_evaluations_repeat_exactly_however_the_engine_batches(small_cfg, tmp_pa
     trainer.engine.max_batch = 1  # one request per policy call: another batching, another interleaving
     assert texts() == first
     assert len({tuple(ep) for ep in first}) > 1  # the episodes were sampled, not all alike
+
+
+def test_one_seed_gives_one_initialisation_whatever_the_global_generator(small_cfg, tmp_path):
+    import torch
+
+    torch.manual_seed(1)
+    first = Trainer(small_cfg, tmp_path / "a").fingerprints()
+    torch.manual_seed(2)
+    second = Trainer(small_cfg, tmp_path / "b").fingerprints()
+    other = load_config(
+        overrides=[*SMALL, f"policies.default.embedded.cache_dir={tmp_path / 'cache'}", "run.seed=5"]
+    )
+    third = Trainer(other, tmp_path / "c").fingerprints()
+    assert first == second
+    assert first != third  # another run.seed, other adapters

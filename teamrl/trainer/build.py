@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from teamrl.config import (
     JUDGE,
     Config,
@@ -269,6 +271,9 @@ def build_policy(cfg: Config, name: str, progress: bool = True) -> HFPolicy | Op
     adapters = [r for r in roles if cfg.workflow.roles[r].adapter]
     path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else pcfg.path or ""
     lora = LoraSettings(r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules))
+    # The adapters' random initialisation (LoRA's A) from run.seed and the policy's name: the same in every
+    # process and whether or not the base was just built, so one seed gives one run.
+    torch.manual_seed(derive_seed(cfg.run.seed, "adapters", name) % 2**63)
     policy = HFPolicy.from_pretrained(
         path,
         adapters=adapters,
