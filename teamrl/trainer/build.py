@@ -195,15 +195,19 @@ def build_policy(cfg: Config, name: str, progress: bool = True) -> HFPolicy | Op
     adapters = [r for r in roles if cfg.workflow.roles[r].adapter]
     path = embedded_checkpoint(cfg, pcfg, progress) if pcfg.kind == "embedded" else pcfg.path or ""
     lora = LoraSettings(r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules))
-    policy = HFPolicy.from_pretrained(
-        path,
-        adapters=adapters,
-        lora=lora,
-        name=name,
-        dtype=resolve_dtype(pcfg.dtype, device),
-        device=device,
-        gradient_checkpointing=pcfg.gradient_checkpointing,
-    )
+    try:
+        policy = HFPolicy.from_pretrained(
+            path,
+            adapters=adapters,
+            lora=lora,
+            name=name,
+            dtype=resolve_dtype(pcfg.dtype, device),
+            device=device,
+            gradient_checkpointing=pcfg.gradient_checkpointing,
+            chat_template=pcfg.chat_template,
+        )
+    except ValueError as exc:  # a setting this checkpoint cannot take (chat_template without a template)
+        raise ConfigError(f"policies.{name}: {exc}") from None
     if pcfg.generation == "vllm":
         settings = VLLMSettings(**pcfg.vllm.model_dump(), seed=cfg.run.seed)
         policy.generation_backend = VLLMGenerator.launch(policy, resolve_checkpoint(path)[0], settings)
