@@ -40,7 +40,7 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> np.ndarray:
     hidden, ff, heads, kv = 16, 32, 2, 1
     kv_width = kv * hidden // heads
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(64)
+    writer.add_context_length(1024)  # room for a debate prompt of byte-sized tokens
     writer.add_embedding_length(hidden)
     writer.add_block_count(1)
     writer.add_feed_forward_length(ff)
@@ -224,3 +224,25 @@ def test_the_smollm2_package_ships_a_llama_chat_model() -> None:
     # the first metadata keys only (a full read of the 49k-token vocabulary takes tens of seconds here)
     head = path.open("rb").read(1 << 16)
     assert head[:4] == b"GGUF" and b"general.architecture" in head and b"llama" in head
+
+
+def test_the_smollm2_example_trains_on_a_converted_checkpoint(converted: Path, tmp_path: Path) -> None:
+    """examples/debate_smollm2.yaml end to end (SFT, RL, evaluations) on the tiny converted model:
+    every prompt the debaters saw was a user message in the chat template."""
+    from teamrl.trainer.trainer import Trainer
+
+    example = Path(__file__).parent.parent / "examples" / "debate_smollm2.yaml"
+    tiny = ["recipe.iterations=1", "recipe.sft.demo_episodes=2", "tasks.heldout_size=2"]
+    tiny += ["algorithm.group_size=2", "run.progress=false", "policies.default.lora.r=2"]
+    cfg = load_config(example, [f"policies.default.path={converted}", *tiny])
+    assert cfg.policies["default"].chat_template and cfg.workflow.debaters == 3
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        summary = trainer.fit()
+        tokenizer = trainer.policies["default"].tokenizer
+    finally:
+        trainer.close()
+    assert [e["label"] for e in summary["evals"]][-2:] == ["after_sft", "after_rl"]
+    lines = (tmp_path / "run" / "episodes" / "eval_after_sft.jsonl").read_text().splitlines()
+    turn = json.loads(lines[0])["turns"][0]
+    assert tokenizer.decode(turn["prompt_ids"]).startswith("<|im_start|>user\n### debater_0:")
