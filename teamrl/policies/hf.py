@@ -30,7 +30,7 @@ from transformers import (
 
 from teamrl.atomic import atomic_directory
 from teamrl.policies.base import Generation, GenerationRequest
-from teamrl.policies.sft import FULL_LR, SFTSettings, sft_train
+from teamrl.policies.sft import FULL_LR, SFTSettings, sft_train, tokenize_prompts
 
 _ADAPTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name
@@ -144,7 +144,9 @@ class HFPolicy:
     snapshots made by ``copy_adapter``; ``set_trainable`` sets the trainable set exactly. Sampling is
     plain ``softmax(logits / T)``: the checkpoint's own sampling presets (top_k, repetition_penalty, ...)
     are dropped so recorded log-probs are the true behaviour log-probs. ``generation_backend`` (vLLM),
-    when set, generates instead of this process's model; scoring and training stay here.
+    when set, generates instead of this process's model; scoring and training stay here. With
+    ``chat_template`` every prompt (in generation and SFT alike) is one user message in the tokenizer's
+    chat template, as an instruct checkpoint expects; otherwise it is raw text.
     """
 
     def __init__(
@@ -155,11 +157,18 @@ class HFPolicy:
         name: str = "hf",
         max_batch_size: int = 64,
         gradient_checkpointing: bool = False,
+        chat_template: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size}: must be >= 1")
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer of {name!r} has no eos_token: set tokenizer.eos_token before use")
+        if chat_template and not tokenizer.chat_template:
+            raise ValueError(
+                f"policy {name!r}: chat_template is on, but its tokenizer has no chat template; "
+                "turn chat_template off (prompts as raw text) or use an instruct checkpoint"
+            )
+        self.chat_template = chat_template
         self.name = name
         self.tokenizer = tokenizer
         self.base = model
@@ -206,6 +215,7 @@ class HFPolicy:
         device: str = "cpu",
         max_batch_size: int = 64,
         gradient_checkpointing: bool = False,
+        chat_template: bool = False,
     ) -> HFPolicy:
         """Load tokenizer and model (see :func:`resolve_checkpoint`) and add one adapter per name."""
         source, local_only = resolve_checkpoint(path)
@@ -228,6 +238,7 @@ class HFPolicy:
             name=name,
             max_batch_size=max_batch_size,
             gradient_checkpointing=gradient_checkpointing,
+            chat_template=chat_template,
         )
         for adapter in adapters:
             policy.add_adapter(adapter)
@@ -442,7 +453,7 @@ class HFPolicy:
     def encode_prompts(self, requests: list[GenerationRequest]) -> list[list[int]]:
         """Each request's prompt ids, cut (keeping BOS and the most recent part) to leave room for its
         completion within the model's positions."""
-        prompt_ids = self.tokenizer([r.prompt for r in requests])["input_ids"] if requests else []
+        prompt_ids = tokenize_prompts(self.tokenizer, [r.prompt for r in requests], self.chat_template)
         limit = self._max_positions
         for i, req in enumerate(requests):
             if limit is None or len(prompt_ids[i]) + req.max_new_tokens <= limit:
@@ -459,7 +470,7 @@ class HFPolicy:
                 "policy %s: prompt of %d tokens cut to its last %d", self.name, len(prompt_ids[i]), keep
             )
             prompt_ids[i] = prompt_ids[i][:1] + prompt_ids[i][-keep:]
-        return [list(ids) for ids in prompt_ids]
+        return prompt_ids
 
     @torch.inference_mode()
     def _generate_batch(
@@ -636,4 +647,5 @@ class HFPolicy:
                 parameters=params,
                 progress=progress,
                 desc=f"sft {self.name}/{adapter or 'base'}",
+                chat_template=self.chat_template,
             )

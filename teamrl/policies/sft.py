@@ -52,19 +52,39 @@ class _Example:
     n_prompt: int  # tokens [0, n_prompt) are context only, no loss
 
 
+def tokenize_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], chat_template: bool = False
+) -> list[list[int]]:
+    """Each prompt's token ids as the model sees them: the raw text with the tokenizer's own special
+    tokens (BOS for the embedded tokenizer), or with ``chat_template`` one user message rendered by the
+    tokenizer's chat template up to the opening of the assistant's reply (an instruct checkpoint)."""
+    if not prompts:
+        return []
+    if not chat_template:
+        return [list(ids) for ids in tokenizer(list(prompts))["input_ids"]]
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
+        )
+        for p in prompts
+    ]
+    # the template writes the special tokens itself
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
 def encode_examples(
-    tokenizer: PreTrainedTokenizerBase, examples: Sequence[tuple[str, str]]
+    tokenizer: PreTrainedTokenizerBase, examples: Sequence[tuple[str, str]], chat_template: bool = False
 ) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, completion ids + EOS) per pair, tokenized exactly as generation sees them.
 
-    The prompt gets the tokenizer's own special tokens (BOS for the embedded tokenizer) and the
-    completion is tokenized separately, because at generation time the model continues the prompt's ids.
+    The prompt goes through :func:`tokenize_prompts` and the completion is tokenized separately, because
+    at generation time the model continues the prompt's ids.
     """
     if tokenizer.eos_token_id is None:
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token: set tokenizer.eos_token")
-    prompts = tokenizer([p for p, _ in examples])["input_ids"]
+    prompts = tokenize_prompts(tokenizer, [p for p, _ in examples], chat_template)
     completions = tokenizer([c for _, c in examples], add_special_tokens=False)["input_ids"]
-    return [(list(p), list(c) + [tokenizer.eos_token_id]) for p, c in zip(prompts, completions, strict=True)]
+    return [(p, list(c) + [tokenizer.eos_token_id]) for p, c in zip(prompts, completions, strict=True)]
 
 
 def _batches(examples: list[_Example], batch_size: int, rng: random.Random) -> list[list[_Example]]:
@@ -111,6 +131,7 @@ def sft_train(
     parameters: Iterable[torch.nn.Parameter] | None = None,
     progress: bool = True,
     desc: str = "sft",
+    chat_template: bool = False,
 ) -> dict[str, float | int | list[float]]:
     """Train ``parameters`` (default: all of the model's) with loss on completion tokens only.
 
@@ -124,7 +145,7 @@ def sft_train(
         raise ValueError("examples is empty: pass at least one (prompt, completion) pair")
     data: list[_Example] = []
     truncated = skipped = 0
-    for prompt_ids, completion_ids in encode_examples(tokenizer, examples):
+    for prompt_ids, completion_ids in encode_examples(tokenizer, examples, chat_template):
         ids = prompt_ids + completion_ids
         if len(ids) > settings.max_length:
             truncated += 1

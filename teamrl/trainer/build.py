@@ -274,15 +274,19 @@ def build_policy(cfg: Config, name: str, progress: bool = True) -> HFPolicy | Op
     # The adapters' random initialisation (LoRA's A) from run.seed and the policy's name: the same in every
     # process and whether or not the base was just built, so one seed gives one run.
     torch.manual_seed(derive_seed(cfg.run.seed, "adapters", name) % 2**63)
-    policy = HFPolicy.from_pretrained(
-        path,
-        adapters=adapters,
-        lora=lora,
-        name=name,
-        dtype=resolve_dtype(pcfg.dtype, device),
-        device=device,
-        gradient_checkpointing=pcfg.gradient_checkpointing,
-    )
+    try:
+        policy = HFPolicy.from_pretrained(
+            path,
+            adapters=adapters,
+            lora=lora,
+            name=name,
+            dtype=resolve_dtype(pcfg.dtype, device),
+            device=device,
+            gradient_checkpointing=pcfg.gradient_checkpointing,
+            chat_template=pcfg.chat_template,
+        )
+    except ValueError as exc:  # a setting this checkpoint cannot take (chat_template without a template)
+        raise ConfigError(f"policies.{name}: {exc}") from None
     if pcfg.generation == "vllm":
         settings = VLLMSettings(**pcfg.vllm.model_dump(), seed=cfg.run.seed)
         policy.generation_backend = VLLMGenerator.launch(policy, resolve_checkpoint(path)[0], settings)
