@@ -532,12 +532,20 @@ def team_vs_single(source: Path) -> dict[str, Any]:
     return {
         "name": TEAM_VS_SINGLE,
         "title": "trained team vs the Coder alone at equal RL tokens (from the learning-gain benchmark)",
-        "source": str(source),
+        "source": _shown(source),
         "seeds": data.get("seeds"),
         "sets": data.get("sets"),
         "per_seed": per_seed,
         "aggregate": agg,
     }
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(lg.REPO))
+    except ValueError:
+        return str(path)
 
 
 def team_vs_single_report(result: dict[str, Any]) -> str:
