@@ -268,7 +268,7 @@ def main_table(finding: dict[str, Any]) -> str:
         rows.append(
             [
                 v["label"],
-                str(len(v["per_seed"])),
+                " ".join(str(s["seed"]) for s in v["per_seed"]),
                 pm(a["sft_solved"]),
                 pm(a["rl_solved"]),
                 pm(a["gain_solved"], "+.3f"),
@@ -347,6 +347,8 @@ def report(finding: dict[str, Any]) -> str:
     if finding["name"] == "credit":
         parts += ["per-role process score in rollouts, last third minus first third", role_table(finding)]
     parts += [held_out_role_table(finding), *extra_lines(finding)]
+    if finding.get("missing"):
+        parts.append(f"not finished, left out: {', '.join(finding['missing'])}")
     parts.append(
         f"one held-out evaluation ({finding['eval_episodes']} episodes): standard error about "
         f"{finding['eval_stderr']:.3f}; of a gain (difference of two): about "
@@ -480,13 +482,15 @@ def plan(findings: list[Finding], seeds: list[int], sets: list[str], out_dir: Pa
 
 def collect(finding: Finding, seeds: list[int], sets: list[str], out_dir: Path) -> dict[str, Any]:
     """Every variant's finished runs (seeds without a finished run are left out, and say so)."""
-    variants = []
+    variants, missing = [], []
     for v in finding.variants:
         per_seed = []
         for seed in seeds:
             run_dir = out_dir / f"{v.name}_s{seed}"
             if finished_with(run_dir, train_argv(v, run_dir, seed, sets)):
                 per_seed.append({"seed": seed, **run_summary(run_dir)})
+            else:
+                missing.append(run_dir.name)
         if not per_seed:
             raise lg.RunFailed(f"{finding.name}: no finished run of {v.name} in {out_dir}")
         agg = aggregate_variant(per_seed)
@@ -510,6 +514,7 @@ def collect(finding: Finding, seeds: list[int], sets: list[str], out_dir: Path) 
         "eval_episodes": cfg_episodes,
         "eval_stderr": eval_stderr(mean_rl, cfg_episodes),
         "variants": variants,
+        "missing": missing,
     }
 
 
@@ -568,6 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out-dir", type=Path, default=lg.REPO / "benchmarks" / "runs" / "findings")
     parser.add_argument("--results-dir", type=Path, default=lg.REPO / "benchmarks" / "results")
     parser.add_argument(
+        "--no-train", action="store_true", help="train nothing: report the runs that already finished"
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run"
     )
     return parser
@@ -588,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                 lg.plot(result["per_seed"], result["aggregate"], results_dir / f"findings_{name}.png")
             else:
                 finding = FINDINGS[name]
-                jobs = plan([finding], args.seeds, args.set, out_dir)
+                jobs = [] if args.no_train else plan([finding], args.seeds, args.set, out_dir)
                 print(
                     f"{name}: {max(len(jobs) - 1, 0)} run(s) to train, {args.jobs} at once, in {out_dir}",
                     flush=True,
@@ -596,12 +604,13 @@ def main(argv: list[str] | None = None) -> int:
                 start, cpu0 = time.perf_counter(), _children_cpu_s()
                 lg.run_jobs(jobs, args.jobs)
                 result = collect(finding, args.seeds, args.set, out_dir)
-                result["batch"] = {
-                    "trained": [j.name for j in jobs[1:]],
-                    "wall_min": (time.perf_counter() - start) / 60,
-                    "cpu_min": (_children_cpu_s() - cpu0) / 60,
-                    "commands": {j.name: shlex.join(j.command) for j in jobs[1:]},
-                }
+                if jobs:  # what this invocation trained (runs reused from earlier ones are not in it)
+                    result["batch"] = {
+                        "trained": [j.name for j in jobs[1:]],
+                        "wall_min": (time.perf_counter() - start) / 60,
+                        "cpu_min": (_children_cpu_s() - cpu0) / 60,
+                        "commands": {j.name: shlex.join(j.command) for j in jobs[1:]},
+                    }
                 print(report(result), flush=True)
                 plot_finding(result, results_dir / f"findings_{name}.png")
             lg._write_atomic(

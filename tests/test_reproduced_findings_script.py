@@ -183,3 +183,16 @@ def test_team_vs_single_reads_the_learning_gain_json(script, tmp_path, capsys):
     result = json.loads((res / "findings_team_vs_single.json").read_text())
     assert result["aggregate"]["team_minus_coder.rl_solved"]["mean"] == pytest.approx(-0.045)
     assert (res / "findings_team_vs_single.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_no_train_reports_the_finished_seeds_and_names_the_missing_runs(script, tmp_path, capsys):
+    runs, res = tmp_path / "runs", tmp_path / "res"
+    for variant in script.FINDINGS["ppo_critic"].variants:
+        run_dir = runs / f"{variant.name}_s0"
+        steady = {role: FLAT for role in ROLES}
+        fake_run(run_dir, FLAT, steady, argv=script.train_argv(variant, run_dir, 0, []))
+    argv = ["ppo_critic", "--no-train", "--out-dir", str(runs), "--results-dir", str(res)]
+    assert script.main(argv) == 0  # seeds 1 and 2 never ran: nothing is trained, they are left out
+    assert "not finished, left out: freeze_rotate_grpo_s1, freeze_rotate_grpo_s2" in capsys.readouterr().out
+    result = json.loads((res / "findings_ppo_critic.json").read_text())
+    assert result["seeds"] == [0] and len(result["missing"]) == 4 and "batch" not in result
