@@ -193,6 +193,11 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     fallbacks = [r["credit/counterfactual_fallbacks"] for r in rows if "credit/counterfactual_fallbacks" in r]
     if fallbacks:  # (episode, role) pairs that kept hybrid rewards for want of replay budget
         out["counterfactual_fallbacks"] = sum(fallbacks) / len(fallbacks)
+        for role in roles:  # the mean R - R_cf a role was credited with, over the iterations
+            credits = [
+                r[f"credit/{role}/counterfactual"] for r in rows if f"credit/{role}/counterfactual" in r
+            ]
+            out[f"counterfactual_credit/{role}"] = sum(credits) / len(credits) if credits else None
     picks = [r["closed_loop/picked"] for r in read_metrics(run_dir) if "closed_loop/picked" in r]
     if picks:
         out["closed_loop_picks"] = picks
@@ -218,7 +223,7 @@ def aggregate_variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean and sample std over seeds of every scalar a finding reports, and the mean curves."""
     keys = ["sft_solved", "rl_solved", "gain_solved", "sft_outcome", "rl_outcome", "gain_outcome"]
     keys += ["outcome_trend", "outcome_roughness", "rl_tokens", "critic_explained_variance_last_third"]
-    keys += ["probe_tokens", "counterfactual_fallbacks"]
+    keys += ["probe_tokens", "counterfactual_fallbacks", *(f"counterfactual_credit/{r}" for r in ROLES)]
     agg: dict[str, Any] = {k: _ms([r.get(k) for r in runs]) for k in keys if any(k in r for r in runs)}
     roles = runs[0]["roles"]
     agg["roles"] = {
@@ -334,6 +339,9 @@ def extra_lines(finding: dict[str, Any]) -> list[str]:
             lines.append(
                 f"{v['label']}: probe tokens (not counted as RL tokens): {pm(a.get('probe_tokens'), '.0f')}"
             )
+        if "counterfactual_credit/coder" in a:
+            credits = ", ".join(f"{r} {pm(a.get(f'counterfactual_credit/{r}'), '+.3f')}" for r in ROLES)
+            lines.append(f"{v['label']}: mean R - R_cf per role: {credits}")
         if "counterfactual_fallbacks" in a:
             lines.append(
                 f"{v['label']}: pairs kept hybrid per iteration: {pm(a['counterfactual_fallbacks'], '.1f')}"
