@@ -385,26 +385,8 @@ def plot_finding(finding: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 3 if credit else 2, figsize=(15 if credit else 11, 4.2))
     variants = finding["variants"]
     ax = axes[0]
-    width = 0.36
-    for g, v in enumerate(variants):
-        for b, (key, label, color) in enumerate(
-            (("sft_solved", "after SFT", "tab:blue"), ("rl_solved", "after RL", "tab:orange"))
-        ):
-            x = g + (b - 0.5) * width
-            stat = v["aggregate"][key]
-            ax.bar(
-                x,
-                stat["mean"],
-                width,
-                yerr=stat["std"] or 0.0,
-                capsize=3,
-                color=color,
-                alpha=0.8,
-                label=label if g == 0 else None,
-            )
-            ax.scatter(
-                [x] * len(v["per_seed"]), [s[key] for s in v["per_seed"]], color="black", s=10, zorder=3
-            )
+    seeds = [{f: [s[f] for s in v["per_seed"]] for f in lg.SFT_RL} for v in variants]
+    lg.sft_rl_bars(ax, [(v["aggregate"], vs) for v, vs in zip(variants, seeds, strict=True)])
     ax.set_xticks(range(len(variants)), [v["label"] for v in variants], rotation=15, fontsize=8)
     ax.set_ylabel("held-out success")
     ax.set_title("held-out success, mean ± std; dots: seeds", fontsize=9)
