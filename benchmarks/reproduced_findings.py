@@ -407,7 +407,7 @@ def plot_finding(finding: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("RL iteration")
     ax.set_ylabel("rollout outcome (pass fraction)")
     ax.set_title("rollout outcome; thick: mean over seeds", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")  # "best" is slow with many points
     if credit:
         ax = axes[2]
         w = 0.8 / len(variants)
