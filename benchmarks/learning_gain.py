@@ -312,21 +312,18 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]], path: Path) -> None:
-    """Grouped bars of held-out success (SFT, RL) for team and single coder; dots are seeds."""
-    import matplotlib
+SFT_RL = {"sft_solved": ("after SFT", "tab:blue"), "rl_solved": ("after RL", "tab:orange")}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    width = 0.36
-    for g, (run, _) in enumerate(RUNS):
-        for b, (f, label, color) in enumerate(
-            (("sft_solved", "after SFT", "tab:blue"), ("rl_solved", "after RL", "tab:orange"))
-        ):
+def sft_rl_bars(
+    ax: Any, groups: list[tuple[dict[str, Any], dict[str, list[float]]]], width: float = 0.36
+) -> None:
+    """Grouped bars of held-out success after SFT and after RL on ``ax``: for each group (stats, seeds),
+    bars of ``stats[key]``'s mean +- std and a dot per value of ``seeds[key]``, for both keys of SFT_RL."""
+    for g, (stats, seeds) in enumerate(groups):
+        for b, (f, (label, color)) in enumerate(SFT_RL.items()):
             x = g + (b - 0.5) * width
-            stat = agg[f"{run}.{f}"]
+            stat = stats[f]
             ax.bar(
                 x,
                 stat["mean"],
@@ -339,16 +336,26 @@ def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]]
                 label=label if g == 0 else None,
             )
             # spread the dots across the bar so that they do not hide behind the error bar
-            n = len(per_seed)
+            n = len(seeds[f])
             dots_x = [x + width * 0.6 * ((i + 0.5) / n - 0.5) for i in range(n)] if n > 1 else [x]
             ax.scatter(
-                dots_x,
-                [s[run][f] for s in per_seed],
-                color="black",
-                s=14,
-                zorder=3,
-                label="seeds" if g == b == 0 else None,
+                dots_x, seeds[f], color="black", s=14, zorder=3, label="seeds" if g == b == 0 else None
             )
+
+
+def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]], path: Path) -> None:
+    """Grouped bars of held-out success (SFT, RL) for team and single coder; dots are seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    groups = [
+        ({f: agg[f"{run}.{f}"] for f in SFT_RL}, {f: [s[run][f] for s in per_seed] for f in SFT_RL})
+        for run, _ in RUNS
+    ]
+    sft_rl_bars(ax, groups)
     ax.set_xticks(range(len(RUNS)), ["team (planner, coder, reviewer, tester)", "coder alone"])
     ax.set_ylabel("held-out success")
     ax.set_title(f"Held-out success, mean ± std over {len(per_seed)} seed(s), equal RL tokens")
