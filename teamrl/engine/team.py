@@ -7,7 +7,8 @@ scripted rule (tests, demonstrations) is the seat's business.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,17 @@ class Team:
     @property
     def roles(self) -> list[str]:
         return list(self.seats)
+
+    @contextmanager
+    def seated(self, seats: Mapping[str, Seat]) -> Iterator[None]:
+        """Inside the block each role of ``seats`` speaks from the seat given there (a recipe's baseline or
+        pool snapshot), every other role from its own; after it, every role from its own again."""
+        own = {role: self.seats[role] for role in seats}
+        self.seats.update(seats)
+        try:
+            yield
+        finally:
+            self.seats.update(own)
 
     async def act(
         self,

@@ -25,8 +25,9 @@ from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode, Turn
-from teamrl.recipes import Phase, phases_for
+from teamrl.recipes import IterationHooks, Phase, phases_for
 from teamrl.recipes.closed_loop import ClosedLoop
+from teamrl.recipes.population import Population
 from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
 from teamrl.rewards.credit import team_reward
@@ -97,6 +98,8 @@ class Trainer:
         self.policies = build_policies(cfg, progress=self.progress)
         self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
         self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
+        # a recipe that acts inside the iterations (population: who plays the opponents' seats)
+        self.hooks: IterationHooks | None = Population(self) if cfg.recipe.name == "population" else None
         # backend ray: Ray actors play the rollouts; the learner, counterfactual replays and credit stay here
         self.remote = RayRollouts(cfg, self.policies, self.engine.stats) if cfg.run.backend == "ray" else None
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
@@ -395,6 +398,8 @@ class Trainer:
             torch.save({r: o.state_dict() for r, o in self.optimizers.items()}, tmp / "optimizers.pt")
             if self.critic is not None:
                 self.critic.save(tmp / "critic")
+            if self.hooks is not None:
+                self.hooks.save(tmp / "recipe")
             (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
 
     def _load_state(self) -> None:
@@ -423,6 +428,8 @@ class Trainer:
             self._optimizer(role).load_state_dict(sd)
         if self.critic is not None:
             self.critic.load(ckpt / "critic")
+        if self.hooks is not None:
+            self.hooks.restore(ckpt / "recipe")
 
     def close(self) -> None:
         """Stop the Ray rollout workers (and a Ray instance the run started); nothing to do locally."""
@@ -463,8 +470,9 @@ class Trainer:
                 shared = frozenset(
                     r for r in cfg.workflow.order if r not in phase.roles and cfg.algorithm.share_frozen_turns
                 )
-                episodes = self.rollout(tasks, cfg.algorithm.group_size, shared)
-                credit_stats = self.counterfactual(tasks, episodes, phase.roles)
+                with self.team.seated(self.hooks.seats(phase) if self.hooks is not None else {}):
+                    episodes = self.rollout(tasks, cfg.algorithm.group_size, shared)
+                    credit_stats = self.counterfactual(tasks, episodes, phase.roles)
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
@@ -488,6 +496,8 @@ class Trainer:
                     "perf/learner_tokens_per_s": stats["perf/learner_tokens"] / max(update_s, 1e-9),
                     "perf/iteration_s": time.perf_counter() - start,
                 }
+                if self.hooks is not None:
+                    record.update(self.hooks.after_iteration(phase, episodes))
                 if cfg.run.eval_every and st.step % cfg.run.eval_every == 0:
                     st.evals.append(self.evaluate(f"step{st.step}"))
                     record.update(_numeric(st.evals[-1]))
