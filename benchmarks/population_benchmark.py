@@ -19,7 +19,6 @@ runs in a fresh ``<out-dir>/population-<timestamp>/``, each run's output in a ``
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shlex
@@ -31,7 +30,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.learning_gain import Job, RunFailed, _set_args, _write_atomic, mean_std, run_jobs  # noqa: E402
+from benchmarks.learning_gain import (  # noqa: E402
+    Job,
+    RunFailed,
+    _set_args,
+    _write_atomic,
+    mean_std,
+    run_jobs,
+    save_figure,
+)
 
 CONFIG = "examples/debate_population.yaml"
 CONDITIONS = {"population": "uniform", "self_play": "latest"}  # condition -> recipe.population.sampling
@@ -144,11 +151,7 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
         ax.set_title(title)
         ax.set_xlabel("RL iteration")
     axes[0].legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    _write_atomic(path, buf.getvalue())
+    save_figure(fig, path, dpi=110)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,11 +161,46 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "runs")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for both")
+    parser.add_argument(
+        "--collect",
+        type=Path,
+        metavar="BATCH_DIR",
+        help="train nothing: summarise the finished runs of an earlier invocation's batch directory",
+    )
     return parser
+
+
+def collect(batch_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The finished runs (those with a summary.json) of a batch directory, by condition."""
+    runs: dict[str, list[dict[str, Any]]] = {cond: [] for cond in CONDITIONS}
+    for run_dir in sorted(batch_dir.iterdir()):
+        cond, _, seed = run_dir.name.rpartition("_s")
+        if cond in runs and (run_dir / "summary.json").exists():
+            runs[cond].append({"seed": int(seed), **run_curves(run_dir)})
+    return runs
+
+
+def report(runs: dict[str, list[dict[str, Any]]], result: dict[str, Any], results_dir: Path) -> None:
+    agg = aggregate(runs)
+    print(format_table(agg, max(len(rs) for rs in runs.values())))
+    result = {**result, "aggregate": agg, "runs": runs}
+    _write_atomic(results_dir / "population.json", json.dumps(result, indent=2).encode())
+    plot(runs, results_dir / "population.png")
+    print(f"wrote {results_dir / 'population.json'} and {results_dir / 'population.png'}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.collect is not None:
+        runs = collect(args.collect)
+        if not all(runs.values()):
+            print(
+                f"population_benchmark: {args.collect} lacks a finished run of each condition",
+                file=sys.stderr,
+            )
+            return 1
+        report(runs, {"config": CONFIG, "batch_dir": str(args.collect)}, args.results_dir)
+        return 0
     if args.jobs < 1 or len(set(args.seeds)) != len(args.seeds):
         print("population_benchmark: --jobs must be >= 1 and --seeds distinct", file=sys.stderr)
         return 2
@@ -204,12 +242,11 @@ def main(argv: list[str] | None = None) -> int:
                 "command": shlex.join(job.command),
             }
         )
-    agg = aggregate(runs)
-    print(format_table(agg, len(args.seeds)))
-    result = {"config": CONFIG, "defaults": DEFAULTS, "sets": args.set, "aggregate": agg, "runs": runs}
-    _write_atomic(args.results_dir / "population.json", json.dumps(result, indent=2).encode())
-    plot(runs, args.results_dir / "population.png")
-    print(f"wrote {args.results_dir / 'population.json'} and {args.results_dir / 'population.png'}")
+    report(
+        runs,
+        {"config": CONFIG, "defaults": DEFAULTS, "sets": args.set, "batch_dir": str(batch_dir)},
+        args.results_dir,
+    )
     return 0
 
 
