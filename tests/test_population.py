@@ -82,7 +82,8 @@ def test_a_debate_pairing_compares_final_answers_and_the_fallback_compares_rewar
     assert pairing_score(cfg.workflow, ep, "debater_0", "debater_1") == 1.0  # right vs wrong: a win
     assert pairing_score(cfg.workflow, ep, "debater_1", "debater_0") == 0.0
     assert pairing_score(cfg.workflow, ep, "debater_0", "debater_2") == 0.5  # both right: a draw
-    assert pairing_score(cfg.workflow, ep, "debater_0", "judge") is None
+    judged = _debate([True, False], rewards={"debater_0": 0.2, "judge": 1.0})
+    assert pairing_score(cfg.workflow, judged, "debater_0", "judge") == 0.0  # no answer to compare: rewards
     ep = _debate([False, False], rewards={"generator": 0.4, "judge": 1.0})
     assert reward_pairing_score(ep, "generator", "judge") == 0.0
     assert reward_pairing_score(ep, "judge", "generator") == 1.0
@@ -247,6 +248,29 @@ def test_a_population_run_plays_the_learner_against_its_pool(cache, tmp_path, mo
     assert all(0.5 <= r["population/diversity/debater_0/distinct_answers"] <= 1.0 for r in rl)
     # outside the iterations every debater seat plays the learner's current adapter
     assert {s.adapter for s in trainer.team.seats.values()} == {"debater_0"}
+
+
+def test_two_learners_take_turns_and_the_idle_one_plays_from_its_own_pool(cache, tmp_path, monkeypatch):
+    cfg = load_config(
+        overrides=[
+            *TINY,
+            cache,
+            "workflow.aggregation=judge",
+            "workflow.roles.judge.max_new_tokens=12",
+            "recipe.population.learners=[debater_0, judge]",
+            "recipe.iterations=2",
+        ]
+    )
+    trainer = Trainer(cfg, tmp_path / "run")
+    updates = record_updates(trainer, monkeypatch)
+    used, slots, joined = _watch(trainer, monkeypatch)
+    trainer.fit()
+    assert [roles for roles, _, _ in updates] == [("debater_0",), ("judge",)]
+    assert used[0]["debater_0"] == {"debater_0"} and used[0]["judge"] == {"pool-judge"}
+    assert used[1]["judge"] == {"judge"} and used[1]["debater_0"] == {"pool-debater_0"}
+    assert used[1]["debater_1"] == {"pool-debater_1"}  # mirrors debater_0's pool in both blocks
+    assert slots[0]["judge"] == ("judge@iter0", joined["judge@iter0"])
+    assert slots[1]["debater_0"][0] in {"debater_0@iter0", "debater_0@iter1"}
 
 
 def test_latest_sampling_is_plain_self_play(cache, tmp_path, monkeypatch):

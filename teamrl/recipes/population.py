@@ -115,10 +115,10 @@ def reward_pairing_score(episode: Episode, role: str, opponent: str) -> float | 
 
 
 def pairing_score(workflow: object, episode: Episode, role: str, opponent: str) -> float | None:
-    """The workflow's own result of a pairing where it defines one (debate), else the reward comparison."""
-    if isinstance(workflow, DebateConfig):
-        return debate.pairing_score(episode, role, opponent)
-    return reward_pairing_score(episode, role, opponent)
+    """The workflow's own result of a pairing where it defines one (two debaters), else the reward
+    comparison."""
+    score = debate.pairing_score(episode, role, opponent) if isinstance(workflow, DebateConfig) else None
+    return score if score is not None else reward_pairing_score(episode, role, opponent)
 
 
 def expected_score(rating: float, opponent: float) -> float:
@@ -347,9 +347,10 @@ class Population:
             }
             with trainer.team.seated(seats):
                 episodes = trainer.rollout(tasks, 1)
-            last: list[Turn] = [ep.turns_of(role)[-1] for ep in episodes]
-            answers.append([final_answer(t) for t in last])
-            texts.append([t.text for t in last])
+            # the role's last reply in each episode (None where it did not speak)
+            last: list[Turn | None] = [(ep.turns_of(role) or [None])[-1] for ep in episodes]
+            answers.append([final_answer(t) if t is not None else None for t in last])
+            texts.append([t.text if t is not None else "" for t in last])
         return diversity_figures(answers, texts)
 
     # -- tables and checkpoints --------------------------------------------------------------------
