@@ -318,7 +318,10 @@ def test_a_killed_population_run_resumes_its_pool_and_tables(cache, tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         trainer.fit()
     assert (run / "population" / "debater_0" / "iter2").exists()  # iteration 3 began: its pool is kept
+    stray = run / "population" / "debater_0" / "iter3"  # as if saved after the last checkpoint
+    stray.mkdir()
     resumed = Trainer(load_config(run / "config.yaml"), run, resume=True)
+    assert not stray.exists()
     assert resumed.state.step == 2
     hooks = resumed.hooks
     assert [s.name for s in hooks.pools["debater_0"]] == ["debater_0@iter1", "debater_0@iter2"]
