@@ -6,7 +6,8 @@ import random
 from pathlib import Path
 
 import pytest
-from trainer_spy import record_updates
+from tiny_debate import TINY_DEBATE
+from trainer_spy import interrupt_update, record_updates
 
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, dump_config, load_config
@@ -19,25 +20,13 @@ from teamrl.workflows.experts import debate_experts, worked_solution
 EXAMPLE = Path(__file__).parent.parent / "examples" / "debate.yaml"
 
 TINY = [
-    "workflow.name=debate",
+    *TINY_DEBATE,
     "workflow.debaters=2",
     "workflow.aggregation=judge",
-    "policies.default.embedded.hidden_size=64",
-    "policies.default.embedded.num_layers=2",
-    "policies.default.embedded.num_heads=2",
-    "policies.default.embedded.vocab_size=400",
-    "policies.default.embedded.demo_episodes=30",
-    "policies.default.embedded.steps=8",
-    "policies.default.lora.r=4",
-    "policies.default.lora.alpha=8",
-    "recipe.sft.demo_episodes=6",
     "tasks.heldout_size=3",
-    "algorithm.group_size=2",
-    "algorithm.tasks_per_iteration=2",
     "workflow.roles.debater_1.trainable=false",  # a frozen seat: it must not move
     "recipe.name=freeze_rotate",
     "recipe.iterations_per_role=1",
-    "run.progress=false",
 ]
 
 
@@ -200,16 +189,7 @@ def test_an_update_moves_exactly_the_trained_debaters(tiny_cfg, tmp_path):
 def test_a_killed_debate_run_resumes(tiny_cfg, tmp_path, monkeypatch):
     run = tmp_path / "run"
     trainer = Trainer(tiny_cfg, run)
-    original = trainer.update
-    calls = {"n": 0}
-
-    def dies_on_second(episodes, roles):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(episodes, roles)
-
-    monkeypatch.setattr(trainer, "update", dies_on_second)
+    interrupt_update(trainer, monkeypatch, call=2)
     with pytest.raises(KeyboardInterrupt):
         trainer.fit()
     resumed = Trainer(load_config(run / "config.yaml"), run, resume=True)

@@ -6,7 +6,8 @@ import random
 from pathlib import Path
 
 import pytest
-from trainer_spy import record_updates
+from tiny_debate import TINY_DEBATE
+from trainer_spy import interrupt_update, record_updates
 
 from teamrl.config import ConfigError, load_config
 from teamrl.protocol import Episode
@@ -25,29 +26,17 @@ from teamrl.trainer.trainer import Trainer
 EXAMPLE = Path(__file__).parent.parent / "examples" / "debate_population.yaml"
 
 TINY = [
-    "workflow.name=debate",
+    *TINY_DEBATE,
     "workflow.debaters=3",
-    "policies.default.embedded.hidden_size=64",
-    "policies.default.embedded.num_layers=2",
-    "policies.default.embedded.num_heads=2",
-    "policies.default.embedded.vocab_size=400",
-    "policies.default.embedded.demo_episodes=30",
-    "policies.default.embedded.steps=8",
-    "policies.default.lora.r=4",
-    "policies.default.lora.alpha=8",
-    "recipe.sft.demo_episodes=6",
     "tasks.heldout_size=2",
     "run.eval_samples=1",
     *(f"workflow.roles.debater_{i}.max_new_tokens=12" for i in range(3)),  # a tiny base never stops early
-    "algorithm.group_size=2",
-    "algorithm.tasks_per_iteration=2",
     "algorithm.ppo_epochs=1",
     "recipe.name=population",
     "recipe.iterations=3",
     "recipe.population.snapshot_every=1",
     "recipe.population.pool_size=2",
     "recipe.population.probe_tasks=2",
-    "run.progress=false",
 ]
 
 
@@ -305,16 +294,7 @@ def test_a_killed_population_run_resumes_its_pool_and_tables(cache, tmp_path, mo
     run = tmp_path / "run"
     cfg = load_config(overrides=[*TINY, cache])
     trainer = Trainer(cfg, run)
-    original = trainer.update
-    calls = {"n": 0}
-
-    def dies_on_third(episodes, roles):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return original(episodes, roles)
-
-    monkeypatch.setattr(trainer, "update", dies_on_third)
+    interrupt_update(trainer, monkeypatch, call=3)
     with pytest.raises(KeyboardInterrupt):
         trainer.fit()
     assert (run / "population" / "debater_0" / "iter2").exists()  # iteration 3 began: its pool is kept

@@ -21,3 +21,17 @@ def record_updates(trainer: Any, monkeypatch: Any) -> list[tuple[tuple[str, ...]
 
     monkeypatch.setattr(trainer, "update", spy)
     return seen
+
+
+def interrupt_update(trainer: Any, monkeypatch: Any, call: int) -> None:
+    """Make the ``call``-th ``trainer.update`` raise KeyboardInterrupt: a run killed mid-iteration."""
+    original = trainer.update
+    calls = {"n": 0}
+
+    def update(episodes, roles):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return original(episodes, roles)
+
+    monkeypatch.setattr(trainer, "update", update)
