@@ -360,9 +360,16 @@ def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]]
     ax.set_ylabel("held-out success")
     ax.set_title(f"Held-out success, mean ± std over {len(per_seed)} seed(s), equal RL tokens")
     ax.legend()
+    save_figure(fig, path, dpi=120)
+
+
+def save_figure(fig: Any, path: Path, dpi: int) -> None:
+    """Write a matplotlib figure as a PNG, atomically, and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
+    fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     _write_atomic(path, buf.getvalue())
 

@@ -524,8 +524,40 @@ class ClosedLoopConfig(_Strict):
     )
 
 
+class PopulationConfig(_Strict):
+    """recipe population: the learners play against a pool of their own historical snapshots (see
+    teamrl/recipes/population.py)."""
+
+    learners: list[str] | None = Field(
+        None,
+        description="roles that train, in turn, each for snapshot_every iterations (default: the first "
+        "trained role)",
+    )
+    opponents: dict[str, str] | None = Field(
+        None,
+        description="seat role -> learner whose pool plays it (default, debate: every other debater plays "
+        "from the first learning debater's pool; otherwise none); a learner not training plays from its "
+        "own pool",
+    )
+    pool_size: int = Field(16, ge=1, description="snapshots kept per learner (K); the oldest leaves first")
+    snapshot_every: int = Field(
+        2, ge=1, description="a learner's adapter joins its pool after every M iterations of its training"
+    )
+    sampling: Literal["uniform", "prioritized", "latest"] = Field(
+        "uniform",
+        description="how a seat's snapshot is drawn: uniform; prioritized (PFSP: weight (1 - win rate)^p, "
+        "favouring snapshots the learner beats least); latest (no pool: the current policies, plain "
+        "self-play)",
+    )
+    priority_power: float = Field(2.0, ge=0, description="p of prioritized sampling")
+    elo_k: float = Field(32.0, gt=0, description="Elo K-factor: rating points at stake per pairing")
+    probe_tasks: int = Field(
+        8, ge=1, description="train tasks (the same every time) on which each snapshot's diversity is probed"
+    )
+
+
 class RecipeConfig(_Strict):
-    name: Literal["freeze_rotate", "joint", "closed_loop"] = "freeze_rotate"
+    name: Literal["freeze_rotate", "joint", "closed_loop", "population"] = "freeze_rotate"
     rounds: int = Field(
         1, ge=1, description="freeze_rotate: passes over the roles; closed_loop: measure-and-train rounds"
     )
@@ -534,7 +566,9 @@ class RecipeConfig(_Strict):
         description="freeze_rotate and closed_loop: RL iterations per role per phase; a mapping role -> "
         "iterations gives roles different counts (roles it leaves out get 4)",
     )
-    iterations: int = Field(16, ge=1, description="joint: RL iterations with every trainable role")
+    iterations: int = Field(
+        16, ge=1, description="joint: RL iterations with every trainable role; population: RL iterations"
+    )
     roles: list[str] | None = Field(
         None, description="roles to train (default: every trainable role, in order)"
     )
@@ -543,6 +577,7 @@ class RecipeConfig(_Strict):
     )
     sft: SFTConfig = Field(default_factory=SFTConfig)
     closed_loop: ClosedLoopConfig = Field(default_factory=ClosedLoopConfig)
+    population: PopulationConfig = Field(default_factory=PopulationConfig)
 
 
 class SandboxConfig(_Strict):
@@ -711,10 +746,66 @@ class Config(_Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _population(self) -> Config:
+        if self.recipe.name != "population":
+            return self
+        learners, where = self.population_learners(), "recipe.population.learners"
+        if not learners:
+            raise ValueError(
+                "recipe population needs a trainable role to learn; set workflow.roles.<role>.trainable: "
+                "true or choose another recipe.name"
+            )
+        for name in learners:
+            if name not in self.workflow.order:
+                raise ValueError(f"{where} names {name!r}, not in workflow.order {self.workflow.order}")
+            if not self.workflow.roles[name].trainable:
+                raise ValueError(f"{where} names {name!r}, but workflow.roles.{name}.trainable is false")
+        if len(set(learners)) < len(learners):
+            raise ValueError(f"{where} lists a role twice ({learners}): list each once")
+        opponents = self.population_opponents()
+        for seat, source in opponents.items():
+            key = f"recipe.population.opponents.{seat}"
+            if seat not in self.workflow.order:
+                raise ValueError(f"{key}: {seat!r} is not a role of workflow.order {self.workflow.order}")
+            if seat in learners:
+                raise ValueError(f"{key}: {seat!r} is a learner (it plays from its own pool); remove it")
+            if source not in learners:
+                raise ValueError(f"{key}: {source!r} is no learner {learners}, so it has no pool")
+        if len(learners) == 1 and not opponents:
+            raise ValueError(
+                f"recipe population: no seat plays from {learners[0]}'s pool; name seats in "
+                "recipe.population.opponents (seat: learner) or list several learners"
+            )
+        if self.run.backend == "ray":
+            raise ValueError(
+                "recipe population seats pool snapshots in this process; run.backend ray is not supported "
+                "with it yet: use run.backend: local"
+            )
+        return self
+
     def trained_roles(self) -> list[str]:
         if self.recipe.roles is not None:
             return list(self.recipe.roles)
         return [r for r in self.workflow.order if self.workflow.roles[r].trainable]
+
+    def population_learners(self) -> list[str]:
+        """recipe population: the roles that learn (default: the first trained role)."""
+        learners = self.recipe.population.learners
+        return list(learners) if learners is not None else self.trained_roles()[:1]
+
+    def population_opponents(self) -> dict[str, str]:
+        """recipe population: seat role -> the learner whose pool plays it. The default mirrors a debate's
+        first learning debater into every other debater's seat (debaters are interchangeable)."""
+        opponents = self.recipe.population.opponents
+        if opponents is not None:
+            return dict(opponents)
+        if not isinstance(self.workflow, DebateConfig):
+            return {}
+        learners = self.population_learners()
+        debaters = self.workflow.debater_roles
+        source = next((name for name in learners if name in debaters), None)
+        return {} if source is None else {d: source for d in debaters if d not in learners}
 
 
 def _check_pipeline(workflow: WorkflowConfig) -> None:

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
-from tiny_base import TINY_BASE
+from tiny_debate import TINY_DEBATE
 from trainer_spy import killed_then_resumed, record_updates
 
 from teamrl.cli import main as cli_main
@@ -20,10 +20,9 @@ from teamrl.workflows.experts import debate_experts, worked_solution
 EXAMPLE = Path(__file__).parent.parent / "examples" / "debate.yaml"
 
 TINY = [
-    "workflow.name=debate",
+    *TINY_DEBATE,
     "workflow.debaters=2",
     "workflow.aggregation=judge",
-    *TINY_BASE,
     "workflow.roles.debater_1.trainable=false",  # a frozen seat: it must not move
     "recipe.name=freeze_rotate",
     "recipe.iterations_per_role=1",

@@ -29,20 +29,25 @@ def record_updates(trainer: Any, monkeypatch: Any) -> list[tuple[tuple[str, ...]
     return seen
 
 
+def interrupt_update(trainer: Any, monkeypatch: Any, call: int) -> None:
+    """Make the ``call``-th ``trainer.update`` raise KeyboardInterrupt: a run killed mid-iteration."""
+    original = trainer.update
+    calls = {"n": 0}
+
+    def update(episodes, roles):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return original(episodes, roles)
+
+    monkeypatch.setattr(trainer, "update", update)
+
+
 def killed_then_resumed(cfg: Any, run: Path, monkeypatch: Any) -> Trainer:
     """Train ``cfg`` in ``run`` until its second update raises KeyboardInterrupt, as a run killed there
     stops; return the trainer that resumes it."""
     trainer = Trainer(cfg, run)
-    original = trainer.update
-    calls = {"n": 0}
-
-    def dies(episodes, roles):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(episodes, roles)
-
-    monkeypatch.setattr(trainer, "update", dies)
+    interrupt_update(trainer, monkeypatch, call=2)
     with pytest.raises(KeyboardInterrupt):
         trainer.fit()
     return Trainer(load_config(run / "config.yaml"), run, resume=True)

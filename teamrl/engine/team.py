@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -105,6 +106,17 @@ class Team:
     @property
     def roles(self) -> list[str]:
         return list(self.seats)
+
+    @contextmanager
+    def seated(self, seats: Mapping[str, Seat]) -> Iterator[None]:
+        """Inside the block each role of ``seats`` speaks from the seat given there (a recipe's baseline or
+        pool snapshot), every other role from its own; after it, every role from its own again."""
+        own = {role: self.seats[role] for role in seats}
+        self.seats.update(seats)
+        try:
+            yield
+        finally:
+            self.seats.update(own)
 
     async def act(
         self,

@@ -1,5 +1,6 @@
-"""Training schedules: freeze-rotate and joint."""
+"""Training schedules: freeze-rotate, joint and population blocks; the hooks a recipe may run in
+the trainer's iterations."""
 
-from teamrl.recipes.schedule import Phase, freeze_rotate, joint, phases_for
+from teamrl.recipes.schedule import IterationHooks, Phase, freeze_rotate, joint, phases_for, population_blocks
 
-__all__ = ["Phase", "freeze_rotate", "joint", "phases_for"]
+__all__ = ["IterationHooks", "Phase", "freeze_rotate", "joint", "phases_for", "population_blocks"]

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm.auto import tqdm
 
-from teamrl.engine.team import Seat, Team
+from teamrl.engine.team import Seat
 from teamrl.protocol import Episode
 from teamrl.recipes.schedule import Phase, iterations_for
 from teamrl.trainer.learner import ref_adapter
@@ -87,17 +86,6 @@ def _success(episodes: list[Episode]) -> tuple[float, float]:
     )
 
 
-@contextmanager
-def seat_swapped(team: Team, role: str, seat: Seat) -> Iterator[None]:
-    """``role`` speaks from ``seat`` inside the block, and from its own seat again after it."""
-    own = team.seats[role]
-    team.seats[role] = seat
-    try:
-        yield
-    finally:
-        team.seats[role] = own
-
-
 def _empty_turn(_call: object) -> str:
     return ""  # parses as a format error, like the counterfactual replay's empty baseline
 
@@ -131,7 +119,7 @@ def measure_roles(trainer: Trainer, roles: Sequence[str]) -> Measurement:
                 seat = dataclasses.replace(own, adapter=ref_adapter(role))
             else:
                 seat = Seat(script=_empty_turn, max_new_tokens=own.max_new_tokens)
-            with seat_swapped(trainer.team, role, seat):
+            with trainer.team.seated({role: seat}):
                 m.baseline_success[role], m.baseline_outcome[role] = _success(probe())
     m.generated_tokens = trainer.engine.stats.generated_tokens - tokens0
     return m

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 from teamrl.config import Config
+from teamrl.engine.team import Seat
+from teamrl.protocol import Episode
 
 DEFAULT_ITERATIONS = 4  # freeze_rotate iterations of a role that a per-role mapping leaves out
 
@@ -16,6 +20,26 @@ class Phase:
     name: str
     roles: tuple[str, ...]  # the roles RL updates in this phase; every other role is frozen
     iterations: int
+
+
+class IterationHooks(Protocol):
+    """What a recipe may do inside the trainer's iterations (recipe population does):"""
+
+    def seats(self, phase: Phase) -> dict[str, Seat]:
+        """The seats some roles play from in this iteration's rollout (the others keep theirs)."""
+        ...
+
+    def after_iteration(self, phase: Phase, episodes: list[Episode]) -> dict[str, Any]:
+        """Called after the update with the iteration's episodes; returns metrics to log with it."""
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the recipe's state into a checkpoint being written."""
+        ...
+
+    def restore(self, directory: Path) -> None:
+        """Read it back from a checkpoint (a resumed run); the directory may not exist."""
+        ...
 
 
 def freeze_rotate(
@@ -47,11 +71,25 @@ def joint(roles: Sequence[str], iterations: int) -> list[Phase]:
     return [Phase("joint", tuple(roles), iterations)]
 
 
+def population_blocks(learners: Sequence[str], iterations: int, snapshot_every: int) -> list[Phase]:
+    """Recipe population's schedule: ``iterations`` RL iterations in blocks of ``snapshot_every``, the
+    learners taking the blocks in turn (the last block may be shorter); a learner's adapter joins its pool
+    at the end of each of its blocks (``teamrl.recipes.population``)."""
+    phases = []
+    for k, start in enumerate(range(0, iterations, snapshot_every)):
+        role = learners[k % len(learners)]
+        phases.append(Phase(f"block{k + 1}/{role}", (role,), min(snapshot_every, iterations - start)))
+    return phases
+
+
 def phases_for(cfg: Config) -> list[Phase]:
-    """The phases of a fixed schedule (freeze_rotate, joint). closed_loop has none in advance: it decides
-    each phase while it runs (``teamrl.recipes.closed_loop.ClosedLoop``)."""
+    """The phases of a fixed schedule (freeze_rotate, joint, population). closed_loop has none in advance:
+    it decides each phase while it runs (``teamrl.recipes.closed_loop.ClosedLoop``)."""
     if cfg.recipe.name == "closed_loop":
         raise ValueError("recipe closed_loop decides its phases as it runs: see teamrl.recipes.closed_loop")
+    if cfg.recipe.name == "population":
+        p = cfg.recipe.population
+        return population_blocks(cfg.population_learners(), cfg.recipe.iterations, p.snapshot_every)
     roles = cfg.trained_roles()
     if not roles:
         return []

@@ -24,8 +24,9 @@ from teamrl.engine.team import Seat, Team
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode
-from teamrl.recipes import Phase, phases_for
+from teamrl.recipes import IterationHooks, Phase, phases_for
 from teamrl.recipes.closed_loop import ClosedLoop
+from teamrl.recipes.population import Population
 from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
 from teamrl.trainer.build import (
@@ -85,6 +86,8 @@ class Trainer:
         self.policies = build_policies(cfg, progress=self.progress)
         self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
         self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
+        # a recipe that acts inside the iterations (population: who plays the opponents' seats)
+        self.hooks: IterationHooks | None = Population(self) if cfg.recipe.name == "population" else None
         # backend ray: Ray actors play the rollouts and run the learner (below); counterfactual replays,
         # credit and checkpoints stay here
         self.remote = RayRollouts(cfg, self.policies, self.engine.stats) if cfg.run.backend == "ray" else None
@@ -239,6 +242,8 @@ class Trainer:
                     if self.state.sft_done:
                         pol.save_adapter(ref_adapter(role), tmp / "adapters" / ref_adapter(role))
             self.learner.save(tmp)
+            if self.hooks is not None:
+                self.hooks.save(tmp / "recipe")
             (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
 
     def _load_state(self) -> None:
@@ -263,6 +268,8 @@ class Trainer:
                     pol.copy_adapter(role, ref_adapter(role))
                 pol.load_adapter(ref_adapter(role), ckpt / "adapters" / ref_adapter(role))
         self.learner.load(ckpt)
+        if self.hooks is not None:
+            self.hooks.restore(ckpt / "recipe")
 
     def close(self) -> None:
         """Stop the Ray actors and leave Ray if this trainer joined it (which stops a local instance it
@@ -313,8 +320,9 @@ class Trainer:
                 shared = frozenset(
                     r for r in cfg.workflow.order if r not in phase.roles and cfg.algorithm.share_frozen_turns
                 )
-                episodes = self.rollout(tasks, cfg.algorithm.group_size, shared, seed_key=f"rl{st.step}")
-                credit_stats = self.counterfactual(tasks, episodes, phase.roles)
+                with self.team.seated(self.hooks.seats(phase) if self.hooks is not None else {}):
+                    episodes = self.rollout(tasks, cfg.algorithm.group_size, shared, seed_key=f"rl{st.step}")
+                    credit_stats = self.counterfactual(tasks, episodes, phase.roles)
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
@@ -338,6 +346,8 @@ class Trainer:
                     "perf/learner_tokens_per_s": stats["perf/learner_tokens"] / max(update_s, 1e-9),
                     "perf/iteration_s": time.perf_counter() - start,
                 }
+                if self.hooks is not None:
+                    record.update(self.hooks.after_iteration(phase, episodes))
                 if cfg.run.eval_every and st.step % cfg.run.eval_every == 0:
                     st.evals.append(self.evaluate(f"step{st.step}"))
                     record.update(_numeric(st.evals[-1]))

@@ -166,3 +166,16 @@ def assign_debate_rewards(episode: Episode, alpha: float, format_penalty: float)
         rewards[role] = alpha * outcome[role] + (1 - alpha) * process[role] - format_penalty * malformed
     episode.process = process
     episode.rewards = rewards
+
+
+def pairing_score(episode: Episode, role: str, opponent: str) -> float | None:
+    """Recipe population's result of debater ``role`` against debater ``opponent`` in one verified
+    debate, from their final answers: 1 (a win) when ``role``'s is correct and ``opponent``'s is not, 0
+    for the reverse, 0.5 (a draw) when both are correct or both are not; None when either is no
+    debater (the judge gives no answer of its own to compare)."""
+    names: list[str] = episode.verifier["debaters"]  # type: ignore[assignment]
+    if role not in names or opponent not in names:
+        return None
+    final: list[bool] = episode.verifier["correct"][-1]  # type: ignore[index]
+    mine, theirs = final[names.index(role)], final[names.index(opponent)]
+    return 0.5 if mine == theirs else float(mine)
