@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_trainer import SMALL
+from trainer_spy import record_updates
 
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, load_config
@@ -170,8 +171,11 @@ def kill_later(ray, handle, ref, delay_s: float, killed_in_flight: list[bool]) -
     threading.Timer(delay_s, kill).start()
 
 
-def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local_run, cache, tmp_path):
+def test_two_ray_workers_survive_a_worker_killed_mid_rollout(
+    ray_instance, local_run, cache, tmp_path, monkeypatch
+):
     trainer = tiny_trainer(cache, tmp_path / "run", "run.backend=ray", "ray.num_rollout_workers=2")
+    updates = record_updates(trainer, monkeypatch)
     pool = trainer.remote
     assert pool is not None
     calls, killed_in_flight = [], []
@@ -215,9 +219,14 @@ def test_two_ray_workers_survive_a_worker_killed_mid_rollout(ray_instance, local
     assert fit_calls.count(0) == 5  # 2 evaluations + 2 iterations + the retry
     assert sizes == [6, 12, 12, 6]  # 3 held-out tasks x 2 samples, 3 tasks x 4 teams, ...
     assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_rl"]
-    # every trained adapter moved from its SFT snapshot, the frozen ones did not
+    # every trained adapter with a non-zero advantage in some update moved from its SFT snapshot (in a
+    # run this small a role's group rewards can all be equal), at least one did, the frozen ones did not
+    learned = {r for roles, skipped, _ in updates for r in roles if r not in skipped}
+    assert learned
     for role in TRAINED:
-        assert trainer.policy_of(role).fingerprint(role) != trainer.policy_of(role).fingerprint(f"ref_{role}")
+        policy = trainer.policy_of(role)
+        moved = policy.fingerprint(role) != policy.fingerprint(f"ref_{role}")
+        assert moved == (role in learned)
     for role in FROZEN:
         assert trainer.policy_of(role).fingerprint(role) == trainer.policy_of(role).fingerprint(f"ref_{role}")
     # both workers (the replacement too) hold the driver's adapters
