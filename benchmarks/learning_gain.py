@@ -100,6 +100,13 @@ def run_jobs(jobs: list[Job], parallel: int) -> None:
             log.close()
 
 
+def children_cpu_s() -> float:
+    """CPU time (user + sys) of this process's finished children so far: around :func:`run_jobs`, the
+    runs' CPU time."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def _held_out_note(job: Job) -> str:
     if job.run_dir is None:
         return ""
@@ -156,25 +163,34 @@ def _team_argv(run_dir: Path, seed: int, sets: list[str]) -> list[str]:
     return _train_argv(TEAM_CONFIG, run_dir, seed, sets, COMMON, [])
 
 
-def _team_base_path(sets: list[str]) -> str:
+def _team_base_path(sets: list[str], team_config: str = TEAM_CONFIG) -> str:
     """Where the team's embedded base lives: the baseline starts from the very same weights."""
     from teamrl.config import load_config
     from teamrl.trainer.build import embedded_checkpoint_path
 
-    cfg = load_config(REPO / TEAM_CONFIG, sets)
+    cfg = load_config(REPO / team_config, sets)
     return str(embedded_checkpoint_path(cfg, cfg.policies["default"]))
 
 
-def _baseline_argv(run_dir: Path, seed: int, sets: list[str], team_dir: Path) -> list[str]:
-    """The Coder alone, on the team's base model, doing RL until it generated as many tokens as the
-    team run in ``team_dir``."""
+def _baseline_argv(
+    run_dir: Path,
+    seed: int,
+    sets: list[str],
+    team_dir: Path,
+    config: str = SINGLE_CONFIG,
+    team_config: str = TEAM_CONFIG,
+    fixed: tuple[str, ...] = (),
+) -> list[str]:
+    """The single agent (``config``, by default the Coder alone, plus the ``fixed`` overrides) on the
+    base model of ``team_config``, doing RL until it generated as many tokens as the team run in
+    ``team_dir``."""
     tokens = rl_token_counts(team_dir)[0]
     # No RL tokens in the team run: the equal-compute baseline does no RL either (without a budget it
     # would instead run BASELINE_MAX_ITERATIONS iterations).
     budget = [f"recipe.token_budget={tokens}"] if tokens else ["recipe.roles=[]"]
     defaults = [*COMMON, f"recipe.iterations={BASELINE_MAX_ITERATIONS}"]
-    same_base = ["policies.default.kind=hf", f"policies.default.path={_team_base_path(sets)}"]
-    return _train_argv(SINGLE_CONFIG, run_dir, seed, sets, defaults, budget + same_base)
+    same_base = ["policies.default.kind=hf", f"policies.default.path={_team_base_path(sets, team_config)}"]
+    return _train_argv(config, run_dir, seed, sets, defaults, [*fixed, *budget, *same_base])
 
 
 def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[Job]:
