@@ -14,19 +14,15 @@ with mean and sample standard deviation, and writes ``<results-dir>/debate_bench
 
 ``--set`` applies to team and single agent alike (the single agent's ``workflow.debaters``,
 ``workflow.rounds``, token budget and base model are fixed). Runs go to a fresh
-``<out-dir>/debate-<timestamp>-<pid>/`` (``team_s<seed>``, ``single_s<seed>``, each with a ``.log``);
+``<out-dir>/debate_benchmark-<timestamp>-<pid>/`` (``team_s<seed>``, ``single_s<seed>``, each with a
+``.log``);
 ``--collect`` trains nothing and reports the finished runs of such a directory. The single agent starts
 from the team's base (an ``hf`` checkpoint), because a one-debater corpus would build another base.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import shlex
 import sys
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -135,69 +131,19 @@ def report(per_seed: list[dict[str, Any]], result: dict[str, Any], results_dir: 
         "per_seed": per_seed,
         "aggregate": agg,
     }
-    results_dir = results_dir.resolve()
-    lg._write_atomic(results_dir / "debate_benchmark.json", (json.dumps(result, indent=2) + "\n").encode())
-    plot(per_seed, agg, results_dir / "debate_benchmark.png")
-    print(f"\nwrote {results_dir / 'debate_benchmark.json'} and {results_dir / 'debate_benchmark.png'}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each uses one torch thread)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "runs")
-    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for both")
-    parser.add_argument(
-        "--collect",
-        type=Path,
-        metavar="BATCH_DIR",
-        help="train nothing: report the finished runs of an earlier invocation's batch directory",
-    )
-    return parser
+    lg.write_results(results_dir, "debate_benchmark", result, partial(plot, per_seed, agg))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.collect is not None:
-        if not args.collect.is_dir():
-            print(f"debate_benchmark: {args.collect} is not a directory", file=sys.stderr)
-            return 2
-        per_seed = collect(args.collect)
-        if not per_seed:
-            print(f"debate_benchmark: {args.collect} holds no seed with both runs finished", file=sys.stderr)
-            return 1
-        report(per_seed, {"batch_dir": str(args.collect)}, args.results_dir)
-        return 0
-    if args.jobs < 1 or len(set(args.seeds)) != len(args.seeds):
-        print("debate_benchmark: --jobs must be >= 1 and --seeds distinct", file=sys.stderr)
-        return 2
-    batch_dir = args.out_dir.resolve() / f"debate-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    jobs = plan_jobs(args.seeds, args.set, batch_dir)
-    print(f"{len(args.seeds)} seed(s), {args.jobs} job(s) at once, runs in {batch_dir}", flush=True)
-    start, cpu0 = time.perf_counter(), lg.children_cpu_s()
-    try:
-        lg.run_jobs(jobs, args.jobs)
-    except lg.RunFailed as exc:
-        print(f"debate_benchmark: {exc}", file=sys.stderr)
-        return 1
-    by_name = {j.name: j for j in jobs}
-    per_seed = [seed_result(batch_dir, s) for s in args.seeds]
-    for s in per_seed:
-        for run in ("team", "single"):
-            job = by_name[f"{run}_s{s['seed']}"]
-            s[run].update(wall_min=job.wall_s / 60, command=shlex.join(job.command))
-    result = {
-        "seeds": args.seeds,
-        "sets": args.set,
-        "batch_dir": str(batch_dir),
-        "total_wall_min": (time.perf_counter() - start) / 60,
-        # every run's CPU time (user + sys), the base build included
-        "total_cpu_min": (lg.children_cpu_s() - cpu0) / 60,
-    }
-    print()
-    report(per_seed, result, args.results_dir)
-    return 0
+    return lg.seeds_main(
+        "debate_benchmark",
+        __doc__,
+        "override for team and single agent alike",
+        plan_jobs,
+        collect,
+        report,
+        argv,
+    )
 
 
 if __name__ == "__main__":

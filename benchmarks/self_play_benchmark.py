@@ -14,18 +14,15 @@ whether the solver's held-out accuracy rose while the difficulty rose, and write
         [--collect BATCH_DIR]
 
 ``--set`` applies to every run (e.g. ``recipe.iterations=16 --set run.eval_every=4``). Runs go to a
-fresh ``<out-dir>/self_play-<timestamp>-<pid>/`` (``proposer_solver_s<seed>``, each with a ``.log``);
+fresh ``<out-dir>/self_play_benchmark-<timestamp>-<pid>/`` (``proposer_solver_s<seed>``, each with a
+``.log``);
 ``--collect`` trains nothing and reports the finished runs of such a directory.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shlex
 import sys
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -201,6 +198,16 @@ def plot(summary: dict[str, Any], seeds: int, path: Path) -> None:
     lg.save_figure(fig, path, dpi=110)
 
 
+def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job]:
+    """The base build, then one run per seed."""
+    jobs = [lg.Job("build", partial(lg._build_argv, CONFIG, sets), batch_dir / "build.log")]
+    for seed in seeds:
+        run_dir = batch_dir / f"{NAME}_s{seed}"
+        argv = partial(lg._train_argv, CONFIG, run_dir, seed, sets, DEFAULTS, [])
+        jobs.append(lg.Job(run_dir.name, argv, run_dir.with_suffix(".log"), ("build",)))
+    return jobs
+
+
 def collect(batch_dir: Path) -> list[dict[str, Any]]:
     """The finished runs (those with a summary.json) of a batch directory, by seed."""
     dirs = [d for d in batch_dir.glob(f"{NAME}_s*[0-9]") if (d / "summary.json").exists()]
@@ -214,80 +221,21 @@ def report(runs: list[dict[str, Any]], result: dict[str, Any], results_dir: Path
     summary = summarize(runs)
     v = verdict(runs, summary)
     print(format_report(runs, summary, v))
-    result = {**result, "config": CONFIG, "summary": summary, "verdict": v, "runs": runs}
-    results_dir = results_dir.resolve()
-    lg._write_atomic(results_dir / "self_play_benchmark.json", (json.dumps(result, indent=2) + "\n").encode())
-    plot(summary, len(runs), results_dir / "self_play_benchmark.png")
-    print(f"\nwrote {results_dir / 'self_play_benchmark.json'} and {results_dir / 'self_play_benchmark.png'}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each uses one torch thread)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "runs")
-    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run"
-    )
-    parser.add_argument(
-        "--collect",
-        type=Path,
-        metavar="BATCH_DIR",
-        help="train nothing: report the finished runs of an earlier invocation's batch directory",
-    )
-    return parser
+    result = {
+        **result,
+        "config": CONFIG,
+        "defaults": DEFAULTS,
+        "summary": summary,
+        "verdict": v,
+        "runs": runs,
+    }
+    lg.write_results(results_dir, "self_play_benchmark", result, partial(plot, summary, len(runs)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.collect is not None:
-        if not args.collect.is_dir():
-            print(f"self_play_benchmark: {args.collect} is not a directory", file=sys.stderr)
-            return 2
-        runs = collect(args.collect)
-        if not runs:
-            print(f"self_play_benchmark: {args.collect} holds no finished run", file=sys.stderr)
-            return 1
-        report(runs, {"batch_dir": str(args.collect)}, args.results_dir)
-        return 0
-    if args.jobs < 1 or len(set(args.seeds)) != len(args.seeds):
-        print("self_play_benchmark: --jobs must be >= 1 and --seeds distinct", file=sys.stderr)
-        return 2
-    batch_dir = args.out_dir.resolve() / f"self_play-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    jobs = [lg.Job("build", partial(lg._build_argv, CONFIG, args.set), batch_dir / "build.log")]
-    for seed in args.seeds:
-        run_dir = batch_dir / f"{NAME}_s{seed}"
-        argv = partial(lg._train_argv, CONFIG, run_dir, seed, args.set, DEFAULTS, [])
-        jobs.append(lg.Job(run_dir.name, argv, run_dir.with_suffix(".log"), ("build",)))
-    print(f"{len(args.seeds)} seed(s), {args.jobs} job(s) at once, runs in {batch_dir}", flush=True)
-    start, cpu0 = time.perf_counter(), lg.children_cpu_s()
-    try:
-        lg.run_jobs(jobs, args.jobs)
-    except lg.RunFailed as exc:
-        print(f"self_play_benchmark: {exc}", file=sys.stderr)
-        return 1
-    runs = []
-    for job in jobs[1:]:
-        seed = int(job.name.removeprefix(f"{NAME}_s"))
-        runs.append(
-            {
-                "seed": seed,
-                **run_curves(batch_dir / job.name),
-                "wall_min": job.wall_s / 60,
-                "command": shlex.join(job.command),
-            }
-        )
-    result = {
-        "seeds": args.seeds,
-        "defaults": DEFAULTS,
-        "sets": args.set,
-        "batch_dir": str(batch_dir),
-        "total_wall_min": (time.perf_counter() - start) / 60,
-        "total_cpu_min": (lg.children_cpu_s() - cpu0) / 60,
-    }
-    report(runs, result, args.results_dir)
-    return 0
+    return lg.seeds_main(
+        "self_play_benchmark", __doc__, "override for every run", plan_jobs, collect, report, argv
+    )
 
 
 if __name__ == "__main__":

@@ -75,6 +75,6 @@ def test_collect_aggregates_finished_seeds_and_report_writes_json_and_png(script
 def test_collect_of_nothing_finished_is_a_clear_error(script, tmp_path, capsys):
     fake_run(tmp_path / "team_s0", 0.3, 0.4, [100])
     assert script.main(["--collect", str(tmp_path), "--results-dir", str(tmp_path / "r")]) == 1
-    assert "no seed with both runs finished" in capsys.readouterr().err
+    assert "holds no finished run to report" in capsys.readouterr().err
     assert script.main(["--collect", str(tmp_path / "missing")]) == 2
     assert not (tmp_path / "r").exists()

@@ -88,4 +88,4 @@ def test_collect_reports_finished_runs_and_writes_json_and_png(script, tmp_path,
     assert script.main(["--collect", str(tmp_path / "empty_or_missing")]) == 2
     (tmp_path / "empty").mkdir()
     assert script.main(["--collect", str(tmp_path / "empty")]) == 1
-    assert "holds no finished run" in capsys.readouterr().err
+    assert "holds no finished run to report" in capsys.readouterr().err
