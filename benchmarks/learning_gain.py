@@ -100,6 +100,13 @@ def run_jobs(jobs: list[Job], parallel: int) -> None:
             log.close()
 
 
+def children_cpu_s() -> float:
+    """CPU time (user + sys) of this process's finished children so far: around :func:`run_jobs`, the
+    runs' CPU time."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def _held_out_note(job: Job) -> str:
     if job.run_dir is None:
         return ""
@@ -156,25 +163,34 @@ def _team_argv(run_dir: Path, seed: int, sets: list[str]) -> list[str]:
     return _train_argv(TEAM_CONFIG, run_dir, seed, sets, COMMON, [])
 
 
-def _team_base_path(sets: list[str]) -> str:
+def _team_base_path(sets: list[str], team_config: str = TEAM_CONFIG) -> str:
     """Where the team's embedded base lives: the baseline starts from the very same weights."""
     from teamrl.config import load_config
     from teamrl.trainer.build import embedded_checkpoint_path
 
-    cfg = load_config(REPO / TEAM_CONFIG, sets)
+    cfg = load_config(REPO / team_config, sets)
     return str(embedded_checkpoint_path(cfg, cfg.policies["default"]))
 
 
-def _baseline_argv(run_dir: Path, seed: int, sets: list[str], team_dir: Path) -> list[str]:
-    """The Coder alone, on the team's base model, doing RL until it generated as many tokens as the
-    team run in ``team_dir``."""
+def _baseline_argv(
+    run_dir: Path,
+    seed: int,
+    sets: list[str],
+    team_dir: Path,
+    config: str = SINGLE_CONFIG,
+    team_config: str = TEAM_CONFIG,
+    fixed: tuple[str, ...] = (),
+) -> list[str]:
+    """The single agent (``config``, by default the Coder alone, plus the ``fixed`` overrides) on the
+    base model of ``team_config``, doing RL until it generated as many tokens as the team run in
+    ``team_dir``."""
     tokens = rl_token_counts(team_dir)[0]
     # No RL tokens in the team run: the equal-compute baseline does no RL either (without a budget it
     # would instead run BASELINE_MAX_ITERATIONS iterations).
     budget = [f"recipe.token_budget={tokens}"] if tokens else ["recipe.roles=[]"]
     defaults = [*COMMON, f"recipe.iterations={BASELINE_MAX_ITERATIONS}"]
-    same_base = ["policies.default.kind=hf", f"policies.default.path={_team_base_path(sets)}"]
-    return _train_argv(SINGLE_CONFIG, run_dir, seed, sets, defaults, budget + same_base)
+    same_base = ["policies.default.kind=hf", f"policies.default.path={_team_base_path(sets, team_config)}"]
+    return _train_argv(config, run_dir, seed, sets, defaults, [*fixed, *budget, *same_base])
 
 
 def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[Job]:
@@ -372,6 +388,83 @@ def save_figure(fig: Any, path: Path, dpi: int) -> None:
     fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     _write_atomic(path, buf.getvalue())
+
+
+# -- shared by the benchmarks that run seeds of configs (debate_benchmark, self_play_benchmark) ---------
+def seeds_parser(description: str, set_help: str) -> argparse.ArgumentParser:
+    """Options ``--seeds``, ``--jobs`` (default 1), ``--out-dir``, ``--results-dir``, ``--set`` and
+    ``--collect BATCH_DIR``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each uses one torch thread)")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "runs")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    parser.add_argument(
+        "--collect",
+        type=Path,
+        metavar="BATCH_DIR",
+        help="train nothing: report the finished runs of an earlier invocation's batch directory",
+    )
+    return parser
+
+
+def seeds_main(
+    prog: str,
+    doc: str,
+    set_help: str,
+    plan: Callable[[list[int], list[str], Path], list[Job]],
+    collect: Callable[[Path], list[dict[str, Any]]],
+    report: Callable[[list[dict[str, Any]], dict[str, Any], Path], None],
+    argv: list[str] | None = None,
+) -> int:
+    """The command line of a benchmark script (:func:`seeds_parser`, described by ``doc``'s first
+    paragraph). With ``--collect``: ``report(collect(BATCH_DIR), ...)``. Else: run
+    ``plan(seeds, sets, batch_dir)``'s jobs in a fresh ``<out-dir>/<prog>-<timestamp>-<pid>/``, then
+    ``report(collect(batch_dir), ...)`` with the total wall and CPU time and each run's command and
+    wall time recorded."""
+    args = seeds_parser(doc.split("\n\n")[0], set_help).parse_args(argv)
+    extra: dict[str, Any] = {}
+    if args.collect is not None:
+        if not args.collect.is_dir():
+            print(f"{prog}: {args.collect} is not a directory", file=sys.stderr)
+            return 2
+        batch_dir = args.collect.resolve()
+    else:
+        if args.jobs < 1 or len(set(args.seeds)) != len(args.seeds):
+            print(f"{prog}: --jobs must be >= 1 and --seeds distinct", file=sys.stderr)
+            return 2
+        batch_dir = args.out_dir.resolve() / f"{prog}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        jobs = plan(args.seeds, args.set, batch_dir)
+        print(f"{len(args.seeds)} seed(s), {args.jobs} job(s) at once, runs in {batch_dir}", flush=True)
+        start, cpu0 = time.perf_counter(), children_cpu_s()
+        try:
+            run_jobs(jobs, args.jobs)
+        except RunFailed as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 1
+        extra = {
+            "seeds": args.seeds,
+            "sets": args.set,
+            "total_wall_min": (time.perf_counter() - start) / 60,
+            "total_cpu_min": (children_cpu_s() - cpu0) / 60,  # every run's user + sys, base build included
+            "runs_wall_min": {j.name: j.wall_s / 60 for j in jobs},
+            "commands": {j.name: shlex.join(j.command) for j in jobs},
+        }
+        print()
+    runs = collect(batch_dir)
+    if not runs:
+        print(f"{prog}: {batch_dir} holds no finished run to report", file=sys.stderr)
+        return 1
+    report(runs, {"batch_dir": str(batch_dir), **extra}, args.results_dir.resolve())
+    return 0
+
+
+def write_results(results_dir: Path, stem: str, result: dict[str, Any], draw: Callable[[Path], None]) -> None:
+    """``<results_dir>/<stem>.json`` (``result``) and ``<stem>.png`` (``draw(path)``), atomically."""
+    _write_atomic(results_dir / f"{stem}.json", (json.dumps(result, indent=2) + "\n").encode())
+    draw(results_dir / f"{stem}.png")
+    print(f"\nwrote {results_dir / (stem + '.json')} and {results_dir / (stem + '.png')}")
 
 
 # -- main -----------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from benchmarks.learning_gain import (  # noqa: E402
     mean_std,
     run_jobs,
     save_figure,
+    seeds_parser,
 )
 
 CONFIG = "examples/debate_population.yaml"
@@ -155,19 +156,7 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each uses one torch thread)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "runs")
-    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for both")
-    parser.add_argument(
-        "--collect",
-        type=Path,
-        metavar="BATCH_DIR",
-        help="train nothing: summarise the finished runs of an earlier invocation's batch directory",
-    )
-    return parser
+    return seeds_parser(__doc__.split("\n\n")[0], "override for both")
 
 
 def collect(batch_dir: Path) -> dict[str, list[dict[str, Any]]]:

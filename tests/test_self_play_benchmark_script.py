@@ -1,0 +1,91 @@
+"""benchmarks/self_play_benchmark.py: reading the evaluated curves, mean and spread over seeds, the
+verdict and the report, on made-up run directories (nothing is trained)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_scripts import load_script
+
+ACC = "eval/selfplay/solver_heldout_accuracy"
+OPS = "eval/selfplay/difficulty/operations"
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("self_play_benchmark")
+
+
+def fake_run(run_dir: Path, accuracy: list[float], operations: list[float], every: int = 2) -> Path:
+    """A finished run evaluated after SFT and every ``every`` iterations; the final evaluation repeats
+    the last step, as the trainer's after_rl does."""
+    run_dir.mkdir(parents=True)
+    evals = [
+        {"label": f"step{i * every}", "step": i * every, ACC: a, OPS: o, "eval/selfplay/valid_rate": 1.0}
+        for i, (a, o) in enumerate(zip(accuracy, operations, strict=True))
+    ]
+    evals.append({**evals[-1], "label": "after_rl"})
+    (run_dir / "summary.json").write_text(json.dumps({"evals": evals}))
+    steps = (len(accuracy) - 1) * every
+    rows = [
+        {"step": s, "perf/rl_tokens_total": 100 * s, "rollout/selfplay/difficulty/operations": 1.0 + s / 10}
+        for s in range(1, steps + 1)
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def test_curves_mean_spread_and_change(script, tmp_path):
+    a = script.run_curves(fake_run(tmp_path / "proposer_solver_s0", [0.10, 0.20, 0.30], [1.5, 1.8, 2.1]))
+    assert a["curves"]["heldout_accuracy"] == {0: 0.10, 2: 0.20, 4: 0.30}
+    assert a["curves"]["rollout_difficulty/operations"][4] == pytest.approx(1.4)
+    assert a["rl_tokens"] == 400 and a["curves"]["solver_rate"] == {}
+    b = script.run_curves(fake_run(tmp_path / "proposer_solver_s1", [0.10, 0.10, 0.20], [1.5, 1.2, 1.7]))
+    summary = script.summarize([a, b])
+    acc = summary["heldout_accuracy"]
+    assert acc["steps"] == [0, 2, 4] and acc["mean"] == pytest.approx([0.10, 0.15, 0.25])
+    assert acc["std"][0] == 0.0 and acc["std"][1] == pytest.approx(0.0707107)
+    assert acc["change_per_seed"] == pytest.approx([0.2, 0.1]) and acc["change"]["mean"] == pytest.approx(
+        0.15
+    )
+    assert "solver_rate" not in summary  # never measured: no curve rather than zeros
+    v = script.verdict([a, b], summary)
+    assert v == {
+        "measured": True,
+        "accuracy_rises": True,
+        "difficulty_rises": True,
+        "both_rise": True,
+        "seeds_both_rise": 2,
+        "seeds": 2,
+    }
+
+
+def test_verdict_says_no_when_difficulty_falls_and_not_measured_without_curves(script, tmp_path):
+    runs = [script.run_curves(fake_run(tmp_path / "r", [0.1, 0.3], [2.0, 1.5]))]
+    summary = script.summarize(runs)
+    assert summary["heldout_accuracy"]["std"] is None  # one seed: no spread
+    v = script.verdict(runs, summary)
+    assert (
+        v["accuracy_rises"] and not v["difficulty_rises"] and not v["both_rise"] and v["seeds_both_rise"] == 0
+    )
+    single = script.run_curves(fake_run(tmp_path / "one", [0.1], [2.0]))
+    assert script.verdict([single], script.summarize([single])) == {"measured": False}
+
+
+def test_collect_reports_finished_runs_and_writes_json_and_png(script, tmp_path, capsys):
+    batch = tmp_path / "batch"
+    fake_run(batch / "proposer_solver_s2", [0.10, 0.12, 0.08], [1.9, 1.7, 1.6])
+    fake_run(batch / "proposer_solver_s10", [0.10, 0.14, 0.12], [1.9, 1.8, 1.7])
+    (batch / "proposer_solver_s3").mkdir()  # unfinished: no summary.json
+    res = tmp_path / "res"
+    assert script.main(["--collect", str(batch), "--results-dir", str(res)]) == 0
+    out = capsys.readouterr().out
+    assert "proposals' difficulty (operations) rises: no" in out and "both on 0/2 seed(s)" in out
+    result = json.loads((res / "self_play_benchmark.json").read_text())
+    assert [r["seed"] for r in result["runs"]] == [2, 10]
+    assert result["summary"]["difficulty/operations"]["mean"][-1] == pytest.approx(1.65)
+    assert (res / "self_play_benchmark.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert script.main(["--collect", str(tmp_path / "empty_or_missing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert script.main(["--collect", str(tmp_path / "empty")]) == 1
+    assert "holds no finished run to report" in capsys.readouterr().err
