@@ -469,6 +469,7 @@ def test_the_page_in_headless_chromium(browser, tmp_path):
 
 
 def test_the_served_page_reloads_itself_when_the_run_writes(browser, tmp_path):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     run = make_team_run(tmp_path / "E2", finished=False)
@@ -481,7 +482,8 @@ def test_the_served_page_reloads_itself_when_the_run_writes(browser, tmp_path):
         episode, _ = _open_first_episode(browser)
         ident = episode.get_attribute("id")
         JsonlLog(run / "metrics.jsonl").append({"step": 13, "phase": "round2/coder", "rollout/solved": 0.9})
-        WebDriverWait(browser, 15).until(
+        # the page may reload between finding the body and reading it: look again then
+        WebDriverWait(browser, 15, ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: d.find_element("tag name", "body").get_attribute("data-version") == "2"
         )
         assert "round2/coder" in browser.page_source
