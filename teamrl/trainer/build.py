@@ -108,11 +108,11 @@ def episode_factories(
     ``run.seeded_sampling``), episode ``g`` of a task samples its turns from seeds of (``run.seed``,
     ``seed_key``, task id, ``g``): the same key plays the same samples however the engine batches them."""
 
+    seeding = seed_key is not None and cfg.run.seeded_sampling
+    rollout = derive_seed(cfg.run.seed, seed_key) if seeding else 0
+
     def factory(task: Task, g: int) -> Callable[[], Awaitable[Episode]]:
-        seeds = None
-        if seed_key is not None and cfg.run.seeded_sampling:
-            rollout = derive_seed(cfg.run.seed, seed_key)
-            seeds = EpisodeSeeds(rollout, derive_seed(rollout, task.task_id, g))
+        seeds = EpisodeSeeds(rollout, derive_seed(rollout, task.task_id, g)) if seeding else None
         return lambda: seeded(play_episode(cfg, team, task, sandbox, group=g), seeds)
 
     return [factory(t, g) for t in tasks for g in range(group_size)]
@@ -273,7 +273,7 @@ def build_policy(cfg: Config, name: str, progress: bool = True) -> HFPolicy | Op
     lora = LoraSettings(r=pcfg.lora.r, alpha=pcfg.lora.alpha, target_modules=tuple(pcfg.lora.target_modules))
     # The adapters' random initialisation (LoRA's A) from run.seed and the policy's name: the same in every
     # process and whether or not the base was just built, so one seed gives one run.
-    torch.manual_seed(derive_seed(cfg.run.seed, "adapters", name) % 2**63)
+    torch.manual_seed(derive_seed(cfg.run.seed, "adapters", name))
     try:
         policy = HFPolicy.from_pretrained(
             path,
