@@ -67,6 +67,9 @@ JOINT = [
     "recipe.roles=[planner,coder,reviewer,tester]",
     f"recipe.iterations={ITERATIONS}",
 ]
+# the credit finding compares one alpha for every role: the main job's per-role alpha (the reviewer on the
+# outcome alone) is cleared
+CREDIT = [*JOINT, "reward.role_alpha={}"]
 # closed loop: ROUNDS rounds of 3 iterations = ITERATIONS, a probe set of 8 tasks x 2 episodes per round
 CLOSED_LOOP = [
     "recipe.name=closed_loop",
@@ -100,14 +103,14 @@ FINDINGS = {
             "credit",
             "credit strategies, every role updated every iteration (joint, GRPO)",
             (
-                Variant("joint_shared", "shared R", (*JOINT, "reward.credit=shared")),
-                Variant("joint_hybrid05", "hybrid alpha 0.5", (*JOINT, "reward.alpha=0.5")),
-                Variant("joint_hybrid07", "hybrid alpha 0.7", (*JOINT, "reward.alpha=0.7")),
+                Variant("joint_shared", "shared R", (*CREDIT, "reward.credit=shared")),
+                Variant("joint_hybrid05", "hybrid alpha 0.5", (*CREDIT, "reward.alpha=0.5")),
+                Variant("joint_hybrid07", "hybrid alpha 0.7", (*CREDIT, "reward.alpha=0.7")),
                 # budget: a replay for every (episode, trained role) pair of an iteration
                 Variant(
                     "joint_counterfactual",
                     "counterfactual",
-                    (*JOINT, "reward.credit=counterfactual", "reward.counterfactual_budget=128"),
+                    (*CREDIT, "reward.credit=counterfactual", "reward.counterfactual_budget=128"),
                 ),
             ),
         ),
