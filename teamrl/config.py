@@ -149,6 +149,13 @@ class SelfPlayConfig(_Strict):
     solver_samples: int = Field(
         4, ge=1, le=64, description="attempts K of the solver at each proposed problem"
     )
+    solver_credit: Literal["attempt", "episode"] = Field(
+        "attempt",
+        description="attempt: each of the solver's K attempts is rewarded by its own correctness and ranked "
+        "against the other attempts at the same problem (GRPO's group = the K attempts); episode: every "
+        "attempt gets the success rate, ranked against the solver's other episodes (it then learns which "
+        "problems are easy, not how to answer them)",
+    )
     target_rate: float = Field(
         0.5, ge=0, le=1, description="the solver success rate at which the proposer's reward peaks (1.0)"
     )

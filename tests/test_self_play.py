@@ -8,10 +8,13 @@ import pytest
 from pydantic import ValidationError
 from scripted_seats import scripted
 
+from teamrl.config import load_config
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
 from teamrl.policies.scripted import ScriptedPolicy
+from teamrl.protocol import Episode, Turn
 from teamrl.tasks.reasoning import ReasoningTask
+from teamrl.trainer.learner import Learner
 from teamrl.workflows.self_play import (
     SelfPlayConfig,
     UnsafeExpression,
@@ -284,3 +287,57 @@ def test_config_is_checked() -> None:
         SelfPlayConfig(target_rate=1.5)
     with pytest.raises(ValidationError, match="invalid_penalty"):
         SelfPlayConfig(invalid_penalty=0.5)
+
+
+# ---------------------------------------------------------------- the solver's credit per attempt
+
+
+def test_each_solver_attempt_is_scored_alone_by_default() -> None:
+    answers = [
+        "<answer>ANSWER: 79</answer>",
+        "79",
+        "<answer>ANSWER: 80</answer>",
+        "<answer>ANSWER: 79</answer>",
+    ]
+    episode = proposer_game("<answer>PROBLEM: 12*(3+4)-5</answer>", answers)
+    # turn 0 is the proposer's; attempt 2 ("79" without tags) is malformed: wrong and the 0.5 penalty
+    assert episode.attempt_rewards == {1: 1.0, 2: -0.5, 3: 0.0, 4: 1.0}
+    assert episode.rewards["solver"] == pytest.approx(0.5 - 0.5 * 1 / 4)  # the episode's figure unchanged
+    cfg = PS.model_copy(update={"solver_credit": "episode"})
+    assert proposer_game("<answer>PROBLEM: 12*(3+4)-5</answer>", answers, cfg=cfg).attempt_rewards == {}
+    assert proposer_game("<answer>1 + 2</answer>", []).attempt_rewards == {}  # invalid: no attempts
+
+
+def _solver_episode(task_id: str, correct: list[bool], proposer_reward: float) -> Episode:
+    turns = [Turn(role="proposer", prompt="p", text="")] + [
+        Turn(role="solver", round=1, prompt="q", text="")
+    ] * 4
+    rate = sum(correct) / len(correct)
+    return Episode(
+        task_id=task_id,
+        turns=turns,
+        rewards={"proposer": proposer_reward, "solver": rate},
+        attempt_rewards={j + 1: float(ok) for j, ok in enumerate(correct)},
+    )
+
+
+def test_grpo_ranks_the_solver_attempts_within_their_episode_and_the_proposer_across_episodes() -> None:
+    cfg = load_config(None, ["workflow.name=self_play", "workflow.game=proposer_solver"])
+    learner = Learner(cfg, {})
+    episodes = [
+        _solver_episode("s1", [True, False, False, False], 0.5),
+        _solver_episode("s1", [True, True, True, True], 0.0),
+    ]
+    adv = learner.turn_advantages(episodes, ("proposer", "solver"))
+    # proposer: rewards 0.5 and 0.0 in one group: mean 0.25, unbiased std 0.3536 -> +-0.7071
+    assert adv["proposer"] == pytest.approx({(0, 0): 0.7071, (1, 0): -0.7071}, abs=1e-3)
+    # solver, episode 0: 1 0 0 0, mean 0.25, std 0.5 -> 1.5, -0.5 x 3; episode 1: all right -> 0
+    # (per episode rate credit would have given episode 0's wrong attempts -0.71 and episode 1's +0.71)
+    expected = {(0, 1): 1.5, (0, 2): -0.5, (0, 3): -0.5, (0, 4): -0.5}
+    expected |= {(1, j): 0.0 for j in range(1, 5)}
+    assert adv["solver"] == pytest.approx(expected, abs=1e-4)
+    for ep in episodes:
+        ep.attempt_rewards = {}
+    adv = learner.turn_advantages(episodes, ("proposer", "solver"))
+    assert adv["solver"][(0, 1)] == pytest.approx(-0.7071, abs=1e-3)
+    assert adv["solver"][(1, 2)] == pytest.approx(0.7071, abs=1e-3)

@@ -57,6 +57,12 @@ class Episode(BaseModel):
     outcome: float = 0.0
     process: dict[str, float] = Field(default_factory=dict)
     rewards: dict[str, float] = Field(default_factory=dict)
+    attempt_rewards: dict[int, float] = Field(
+        default_factory=dict,
+        description="turn index -> reward of that turn alone, for a role's turns that are attempts at one "
+        "prompt (the solver's K attempts at a proposed problem): GRPO ranks them against each other "
+        "instead of giving each its episode's advantage",
+    )
     errors: list[str] = Field(default_factory=list)
 
     def turns_of(self, role: str) -> list[Turn]:

@@ -14,7 +14,12 @@ from pathlib import Path
 
 import torch
 
-from teamrl.algorithms import grpo_loss, role_relative_advantages, team_relative_advantages
+from teamrl.algorithms import (
+    group_relative_advantages,
+    grpo_loss,
+    role_relative_advantages,
+    team_relative_advantages,
+)
 from teamrl.config import Config
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.openai_compat import OpenAICompatPolicy
@@ -83,9 +88,11 @@ class Learner:
         self, episodes: list[Episode], roles: tuple[str, ...]
     ) -> dict[str, dict[TurnKey, float]]:
         """Per role, the advantage of each of its turns, keyed (episode index, turn index), in turn order:
-        GRPO / M-GRPO give every turn of a role its episode's advantage."""
+        GRPO / M-GRPO give every turn of a role its episode's advantage, except the turns an episode
+        scores one by one (``Episode.attempt_rewards``: attempts at one prompt), whose group is the
+        role's attempts in that episode."""
         adv = self.advantages(episodes, roles)
-        return {
+        out = {
             role: {
                 (i, j): float(adv[role][i])
                 for i, ep in enumerate(episodes)
@@ -94,6 +101,20 @@ class Learner:
             }
             for role in roles
         }
+        for role in roles:
+            keys = [
+                (i, j)
+                for i, ep in enumerate(episodes)
+                for j in sorted(ep.attempt_rewards)
+                if j < len(ep.turns) and ep.turns[j].role == role
+            ]
+            if keys:
+                rewards = torch.tensor([episodes[i].attempt_rewards[j] for i, j in keys])
+                attempt_adv = group_relative_advantages(
+                    rewards, [i for i, _ in keys], scale=self.cfg.algorithm.scale
+                )
+                out[role].update({key: float(a) for key, a in zip(keys, attempt_adv, strict=True)})
+        return out
 
     # -- the update -----------------------------------------------------------------------------
     def update(self, episodes: list[Episode], roles: tuple[str, ...], step: int) -> dict[str, float]:

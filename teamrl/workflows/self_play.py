@@ -12,8 +12,12 @@ judge accepts it, else 0. A malformed turn (no tags, no final answer, no verdict
 (``<answer>PROBLEM: 12 * (3 + 4) - 5</answer>``) whose answer the framework computes itself with
 :func:`evaluate_expression`, which parses with ``ast`` and evaluates integers with ``+ - * // %``
 and parentheses only, within size and magnitude limits, never ``eval``. The solver sees that
-problem alone and attempts it ``solver_samples`` times (K); its reward is its success rate over
-the K attempts, less the format penalty times its share of malformed attempts. The proposer earns
+problem alone and attempts it ``solver_samples`` times (K); its episode reward is its success rate
+over the K attempts, less the format penalty times its share of malformed attempts. With
+``solver_credit: attempt`` (the default) each attempt is also scored alone (1 if correct, less the
+format penalty if malformed, in ``episode.attempt_rewards``) and GRPO ranks the K attempts against
+each other, as the solver's group, so that the right answers are reinforced rather than the easy
+problems; ``episode`` gives every attempt the episode's advantage. The proposer earns
 1 - |rate - target| / max(target, 1 - target), which peaks at 1.0 when the rate hits
 ``target_rate``, or ``invalid_penalty`` for a malformed, unsafe or too large problem (the solver
 then does not play). The problem's difficulty (operations, largest number, nesting, answer size)
@@ -332,6 +336,12 @@ def assign_self_play_rewards(episode: Episode, cfg: SelfPlayConfig, format_penal
         rewards[role] = score - format_penalty * malformed
     episode.process = process
     episode.rewards = rewards
+    if v["game"] == "proposer_solver" and cfg.solver_credit == "attempt":
+        attempts = [j for j, t in enumerate(episode.turns) if t.role == SOLVER]
+        episode.attempt_rewards = {
+            j: float(ok) - format_penalty * (episode.turns[j].error is not None)
+            for j, ok in zip(attempts, v["correct"], strict=True)  # type: ignore[call-overload]
+        }
 
 
 # ---------------------------------------------------------------- metrics
