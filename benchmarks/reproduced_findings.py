@@ -134,7 +134,19 @@ FINDINGS = {
         Finding(
             "closed_loop",
             "closed loop vs round-robin freeze-rotate (same RL iterations)",
-            (GRPO_FR, Variant("closed_loop", "closed loop (contribution)", tuple(CLOSED_LOOP))),
+            (
+                GRPO_FR,
+                Variant(
+                    "closed_loop_empty",
+                    "closed loop (contribution, empty baseline)",
+                    (*CLOSED_LOOP, "recipe.closed_loop.baseline=empty"),
+                ),
+                Variant(
+                    "closed_loop_reference",
+                    "closed loop (contribution, SFT baseline)",
+                    (*CLOSED_LOOP, "recipe.closed_loop.baseline=reference"),
+                ),
+            ),
         ),
     )
 }
@@ -208,6 +220,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         if decisions.exists():
             records = [json.loads(x) for x in decisions.read_text().splitlines() if x.strip()]
             out["probe_tokens"] = sum(int(r.get("probe_tokens", 0)) for r in records)
+            # per round, the roles left out of the pick (their swap changed no probe episode)
+            out["closed_loop_no_influence"] = [r.get("no_influence", []) for r in records]
     return out
 
 
@@ -339,6 +353,12 @@ def extra_lines(finding: dict[str, Any]) -> list[str]:
                 f"seed {s['seed']}: {' '.join(s.get('closed_loop_picks') or [])}" for s in v["per_seed"]
             )
             lines.append(f"{v['label']}: roles picked per round: {seeds}")
+            left_out = "; ".join(
+                f"seed {s['seed']}: "
+                + " | ".join(",".join(r) or "-" for r in s.get("closed_loop_no_influence") or [])
+                for s in v["per_seed"]
+            )
+            lines.append(f"{v['label']}: roles whose swap changed no probe episode, per round: {left_out}")
             lines.append(
                 f"{v['label']}: probe tokens (not counted as RL tokens): {pm(a.get('probe_tokens'), '.0f')}"
             )

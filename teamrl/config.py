@@ -524,10 +524,11 @@ class ClosedLoopConfig(_Strict):
         description="contribution: the role whose swap for its baseline costs the team least success; "
         "process: the role with the lowest mean process score",
     )
-    baseline: Literal["reference", "empty"] = Field(
-        "reference",
-        description="who takes a role's seat when its contribution is measured: its frozen SFT snapshot "
-        "(the KL reference) or an empty turn",
+    baseline: Literal["empty", "reference"] = Field(
+        "empty",
+        description="who takes a role's seat when its contribution is measured: an empty turn, or its frozen "
+        "SFT snapshot (the KL reference; a role not trained yet then changes nothing, so the first round "
+        "has no contribution to go by)",
     )
 
 

@@ -11,6 +11,7 @@ from trainer_spy import record_updates
 
 import teamrl.recipes.closed_loop as closed_loop
 from teamrl.config import ConfigError, load_config
+from teamrl.protocol import Episode
 from teamrl.recipes import phases_for
 from teamrl.recipes.closed_loop import ClosedLoop, Measurement, pick_weakest
 from teamrl.trainer.trainer import Trainer, TrainerState
@@ -35,6 +36,38 @@ def test_the_weakest_role_is_the_one_whose_swap_costs_least():
     assert pick_weakest(m, ["reviewer", "coder"], "contribution") == "reviewer"
     with pytest.raises(ValueError, match="select='best'"):
         pick_weakest(m, ROLES, "best")
+
+
+def test_a_role_whose_swap_changes_no_episode_is_not_picked_while_another_can_be():
+    m = Measurement(
+        success=0.5,
+        outcome=0.6,
+        process={"coder": 0.3, "reviewer": 0.4, "tester": 0.0},
+        baseline_success={"coder": 0.0, "reviewer": 0.55, "tester": 0.5},  # contributions .5, -.05, 0
+        baseline_outcome={"coder": 0.1, "reviewer": 0.62, "tester": 0.6},
+        changed={"coder": 9, "reviewer": 3, "tester": 0},
+    )
+    # the reviewer costs the team 0.05 (contribution -0.05): it is the weakest of those that can move
+    # the outcome; the tester's 0 comes from having no say, not from doing well
+    assert pick_weakest(m, ["coder", "reviewer", "tester"], "contribution") == "reviewer"
+    m.baseline_success["reviewer"] = 0.25  # contribution +0.25: the coder's +0.5 is larger
+    assert pick_weakest(m, ["coder", "reviewer", "tester"], "contribution") == "reviewer"
+    m.baseline_success["coder"] = 0.4  # +0.1: now the coder
+    assert pick_weakest(m, ["coder", "reviewer", "tester"], "contribution") == "coder"
+    assert m.influential(["coder", "reviewer", "tester"]) == ["coder", "reviewer"]
+    m.changed = {"coder": 0, "reviewer": 0, "tester": 0}  # nobody moved anything: every role is a candidate
+    assert m.influential(["coder", "tester"]) == ["coder", "tester"]
+    assert pick_weakest(m, ["coder", "reviewer", "tester"], "contribution") == "tester"
+
+
+def test_changed_counts_the_probe_episodes_that_ended_differently():
+    def ep(task, group, solved, outcome):
+        return Episode(task_id=task, group=group, verifier={"solved": solved}, outcome=outcome)
+
+    before = [ep("a", 0, True, 1.0), ep("a", 1, False, 0.5), ep("b", 0, False, 0.0)]
+    after = [ep("b", 0, False, 0.0), ep("a", 1, False, 0.25), ep("a", 0, False, 0.5)]  # any order
+    assert closed_loop._changed(before, after) == 2
+    assert closed_loop._changed(before, list(before)) == 0
 
 
 @pytest.mark.parametrize(
@@ -183,3 +216,4 @@ def test_the_example_config_loads():
 
     cfg = load_config(Path(__file__).parents[1] / "examples" / "pipeline_closed_loop.yaml")
     assert cfg.recipe.name == "closed_loop" and cfg.recipe.closed_loop.select == "contribution"
+    assert cfg.recipe.closed_loop.baseline == "empty"

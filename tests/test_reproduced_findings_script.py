@@ -111,7 +111,7 @@ def test_plan_trains_a_shared_variant_once_and_skips_finished_runs(script, tmp_p
     names = [j.name for j in script.plan(findings, [0, 1], [], tmp_path)]
     assert names[0] == "build_team"
     assert names.count("freeze_rotate_grpo_s0") == 1 and names.count("freeze_rotate_grpo_s1") == 1
-    assert len(names) == 1 + 2 * 4  # grpo, ppo_critic, joint, closed loop per seed
+    assert len(names) == 1 + 2 * 5  # grpo, ppo_critic, joint, closed loop x 2 baselines per seed
 
     variant = script.GRPO_FR
     argv = script.train_argv(variant, tmp_path / "freeze_rotate_grpo_s0", 0, [])

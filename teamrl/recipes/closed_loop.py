@@ -7,11 +7,16 @@ seed every time), picks the weakest and runs one phase of that role alone for it
 the training did. ``recipe.closed_loop.select`` says what "weakest" means:
 
 - ``contribution``: a role's contribution is the team's success on the probe set with every role's
-  current policy minus its success with that role's seat taken by its baseline (its frozen SFT
-  snapshot, the KL reference; or an empty turn), every other role current. The weakest role is the
-  one whose swap costs the team least; ties (frequent on a small probe set) go to the smaller
+  current policy minus its success with that role's seat taken by its baseline (an empty turn, the
+  default; or its frozen SFT snapshot, the KL reference), every other role current. The weakest role is
+  the one whose swap costs the team least; ties (frequent on a small probe set) go to the smaller
   pass-fraction difference, then to the lower process score, then to the earlier role in
-  ``recipe.roles``.
+  ``recipe.roles``. A role whose swap changed no probe episode's outcome (``changed`` 0) cannot move the
+  team's outcome from its seat (in the pipeline, the tester: its tests do not change the final code) and
+  is not picked while another role can be: its contribution is 0 by construction, not by weakness.
+  With the ``reference`` baseline, a role not yet trained plays exactly its baseline under seeded
+  sampling, so it too changes nothing: the first round then has no contribution to go by and falls back
+  to the ties' order (pass fraction, then process score).
 - ``process``: the role with the lowest mean process score on the probe episodes.
 
 Each decision is logged with its figures: one record per round in ``RUN_DIR/closed_loop.jsonl``,
@@ -52,7 +57,14 @@ class Measurement:
     process: dict[str, float]  # each role's mean process score in those episodes
     baseline_success: dict[str, float] = dataclasses.field(default_factory=dict)  # select contribution
     baseline_outcome: dict[str, float] = dataclasses.field(default_factory=dict)
+    # probe episodes whose outcome the swap changed, per role (a role missing here counts as influential)
+    changed: dict[str, int] = dataclasses.field(default_factory=dict)
     generated_tokens: int = 0
+
+    def influential(self, roles: Sequence[str]) -> list[str]:
+        """The roles whose swap changed some probe episode's outcome; all of ``roles`` if none did."""
+        moved = [r for r in roles if self.changed.get(r, 1) > 0]
+        return moved or list(roles)
 
     def contribution(self, role: str) -> float:
         """Team success with the role's current policy minus with its baseline in its seat."""
@@ -68,7 +80,7 @@ def pick_weakest(measurement: Measurement, roles: Sequence[str], select: str) ->
         return min(roles, key=lambda r: measurement.process.get(r, 0.0))
     if select == "contribution":
         return min(
-            roles,
+            measurement.influential(roles),
             key=lambda r: (
                 measurement.contribution(r),
                 measurement.contribution_outcome(r),
@@ -76,6 +88,17 @@ def pick_weakest(measurement: Measurement, roles: Sequence[str], select: str) ->
             ),
         )
     raise ValueError(f"select={select!r}: use 'contribution' or 'process'")
+
+
+def _changed(episodes: list[Episode], swapped: list[Episode]) -> int:
+    """How many episodes of the same probe (same tasks, samples and seeds) ended differently."""
+
+    def key(e: Episode) -> tuple[str, int]:
+        return (e.task_id, e.group)
+
+    before = {key(e): (bool(e.verifier.get("solved")), e.outcome) for e in episodes}
+    after = {key(e): (bool(e.verifier.get("solved")), e.outcome) for e in swapped}
+    return sum(before[k] != after.get(k) for k in before)
 
 
 def _success(episodes: list[Episode]) -> tuple[float, float]:
@@ -120,7 +143,9 @@ def measure_roles(trainer: Trainer, roles: Sequence[str]) -> Measurement:
             else:
                 seat = Seat(script=_empty_turn, max_new_tokens=own.max_new_tokens)
             with trainer.team.seated({role: seat}):
-                m.baseline_success[role], m.baseline_outcome[role] = _success(probe())
+                swapped = probe()
+            m.baseline_success[role], m.baseline_outcome[role] = _success(swapped)
+            m.changed[role] = _changed(episodes, swapped)
     m.generated_tokens = trainer.engine.stats.generated_tokens - tokens0
     return m
 
@@ -167,6 +192,7 @@ class ClosedLoop:
                         "contribution_outcome": m.contribution_outcome(role),
                         "baseline_success": m.baseline_success[role],
                         "baseline_outcome": m.baseline_outcome[role],
+                        "changed_episodes": m.changed.get(role, 0),
                     }
                     if cl.select == "contribution"
                     else {}
@@ -187,6 +213,8 @@ class ClosedLoop:
             "probe_tokens": m.generated_tokens,
             "roles": figures,
         }
+        if cl.select == "contribution":  # roles left out of the pick: their swap changed nothing
+            record["no_influence"] = [r for r in self.roles if r not in m.influential(self.roles)]
         key = "contribution" if cl.select == "contribution" else "process"
         if self.decisions:  # what the previous round's training did to the role it trained
             before = self.decisions[-1]
@@ -211,6 +239,8 @@ class ClosedLoop:
             metrics.update({f"closed_loop/{name}/{role}": value for name, value in figs.items()})
         trainer.log_metrics(metrics)
         shown = ", ".join(f"{role} {figs[key]:+.3f}" for role, figs in figures.items())
+        if record.get("no_influence"):
+            shown += f" (no influence: {', '.join(record['no_influence'])})"
         line = (
             f"closed loop round {index + 1}/{len(self)}: team success {m.success:.3f}; {key}: {shown} "
             f"-> train {picked} for {record['iterations']} iteration{'s' * (record['iterations'] != 1)}"
