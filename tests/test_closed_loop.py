@@ -162,6 +162,44 @@ def test_each_round_trains_the_role_the_measurement_found_weakest(tmp_path, monk
     assert [r["phase"] for r in rows if "phase" in r] == ["round1/tester", "round2/coder"]
 
 
+@pytest.mark.parametrize(
+    "baseline,picks",
+    [
+        ("reference", ["tester", "reviewer"]),  # the untrained reviewer stays a candidate; the tester is out
+        ("empty", ["tester", "tester"]),  # nobody changed anything: every role a candidate, the tie order
+    ],
+)
+def test_with_the_sft_baseline_an_untrained_role_stays_a_candidate(tmp_path, monkeypatch, baseline, picks):
+    cfg = closed_loop_cfg(
+        tmp_path,
+        "recipe.roles=[coder,reviewer,tester]",
+        "recipe.rounds=2",
+        f"recipe.closed_loop.baseline={baseline}",
+    )
+    trainer = Trainer(cfg, tmp_path / "run")
+
+    def measure(trainer_, roles):  # every swap changes nothing: what an untrained team shows
+        return Measurement(
+            success=0.5,
+            outcome=0.5,
+            process={"coder": 0.5, "reviewer": 0.3, "tester": 0.0},
+            baseline_success=dict.fromkeys(roles, 0.5),
+            baseline_outcome=dict.fromkeys(roles, 0.5),
+            changed=dict.fromkeys(roles, 0),
+        )
+
+    monkeypatch.setattr(closed_loop, "measure_roles", measure)
+    loop = ClosedLoop(trainer)
+    assert loop[0].roles == (picks[0],)
+    assert loop[1].roles == (picks[1],)
+    second = loop.decisions[1]
+    if baseline == "reference":
+        assert second["no_influence"] == ["tester"]
+        assert second["roles"]["coder"]["changed_episodes"] is None  # not judged: never trained
+    else:
+        assert second["no_influence"] == []
+
+
 def test_a_resumed_closed_loop_reads_its_decisions_back(tmp_path, monkeypatch):
     cfg = closed_loop_cfg(tmp_path, "recipe.rounds=3", "recipe.iterations_per_role={coder: 5}")
     (tmp_path / "run").mkdir()

@@ -14,9 +14,9 @@ the training did. ``recipe.closed_loop.select`` says what "weakest" means:
   ``recipe.roles``. A role whose swap changed no probe episode's outcome (``changed`` 0) cannot move the
   team's outcome from its seat (in the pipeline, the tester: its tests do not change the final code) and
   is not picked while another role can be: its contribution is 0 by construction, not by weakness.
-  With the ``reference`` baseline, a role not yet trained plays exactly its baseline under seeded
-  sampling, so it too changes nothing: the first round then has no contribution to go by and falls back
-  to the ties' order (pass fraction, then process score).
+  With the ``reference`` baseline a role not yet trained plays exactly its baseline under seeded
+  sampling, so its contribution is 0 and its influence unknown: it stays a candidate until it has been
+  trained once (the contribution then reads as what its training did for the team).
 - ``process``: the role with the lowest mean process score on the probe episodes.
 
 Each decision is logged with its figures: one record per round in ``RUN_DIR/closed_loop.jsonl``,
@@ -182,6 +182,11 @@ class ClosedLoop:
         """Measure, pick the weakest role, and log the decision with its figures."""
         trainer, cl = self.trainer, self.trainer.cfg.recipe.closed_loop
         m = measure_roles(trainer, self.roles)
+        if cl.baseline == "reference":  # an untrained role is its baseline: no influence can show yet
+            trained = {d["picked"] for d in self.decisions}
+            for role in self.roles:
+                if role not in trained:
+                    m.changed.pop(role, None)
         picked = pick_weakest(m, self.roles, cl.select)
         figures = {
             role: {
@@ -192,7 +197,7 @@ class ClosedLoop:
                         "contribution_outcome": m.contribution_outcome(role),
                         "baseline_success": m.baseline_success[role],
                         "baseline_outcome": m.baseline_outcome[role],
-                        "changed_episodes": m.changed.get(role, 0),
+                        "changed_episodes": m.changed.get(role),  # None: not judged (untrained)
                     }
                     if cl.select == "contribution"
                     else {}
