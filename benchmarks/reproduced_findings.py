@@ -10,8 +10,8 @@ One subcommand per finding (``all`` runs them in order). Every variant is the ma
 - ``ppo_critic``: PPO with a centralised critic vs GRPO, same schedule and budget (freeze-rotate).
 - ``joint``: freeze-rotate vs simultaneous joint updates, same number of iterations: spread over seeds
   and stability of the rollout curve.
-- ``closed_loop``: closed loop (train the weakest role, measured) vs round-robin freeze-rotate at an
-  equal number of RL iterations.
+- ``closed_loop``: closed loop (train the weakest role, measured; with the empty-turn baseline and with
+  the SFT-snapshot one) vs round-robin freeze-rotate at an equal number of RL iterations.
 - ``team_vs_single``: the team vs the Coder alone at equal RL tokens, read from
   ``benchmarks/results/learning_gain.json`` (benchmarks/learning_gain.py); trains nothing.
 
