@@ -154,7 +154,8 @@ class SelfPlayConfig(_Strict):
         description="attempt: each of the solver's K attempts is rewarded by its own correctness and ranked "
         "against the other attempts at the same problem (GRPO's group = the K attempts); episode: every "
         "attempt gets the success rate, ranked against the solver's other episodes (it then learns which "
-        "problems are easy, not how to answer them)",
+        "problems are easy, not how to answer them). For GRPO and M-GRPO; ppo_critic's critic values turns "
+        "itself",
     )
     target_rate: float = Field(
         0.5, ge=0, le=1, description="the solver success rate at which the proposer's reward peaks (1.0)"
@@ -527,8 +528,8 @@ class ClosedLoopConfig(_Strict):
     baseline: Literal["empty", "reference"] = Field(
         "empty",
         description="who takes a role's seat when its contribution is measured: an empty turn, or its frozen "
-        "SFT snapshot (the KL reference; a role not trained yet then changes nothing, so the first round "
-        "has no contribution to go by)",
+        "SFT snapshot (the KL reference; a role not trained yet plays exactly that, so it stays a candidate "
+        "until it has been trained once)",
     )
 
 
