@@ -531,6 +531,13 @@ class ClosedLoopConfig(_Strict):
         "SFT snapshot (the KL reference; a role not trained yet plays exactly that, so it stays a candidate "
         "until it has been trained once)",
     )
+    max_repeats: int | None = Field(
+        2,
+        ge=1,
+        description="a role is picked at most this many rounds in a row, then the weakest of the others gets "
+        "the round (a role whose training does not move the probe would otherwise be picked forever); "
+        "null: no limit",
+    )
 
 
 class PopulationConfig(_Strict):

@@ -200,6 +200,42 @@ def test_with_the_sft_baseline_an_untrained_role_stays_a_candidate(tmp_path, mon
         assert second["no_influence"] == []
 
 
+@pytest.mark.parametrize(
+    "max_repeats,picks",
+    [
+        ("2", ["tester", "tester", "reviewer", "tester"]),
+        ("1", ["tester", "reviewer", "tester", "reviewer"]),
+        ("null", ["tester"] * 4),
+    ],
+)
+def test_a_role_picked_max_repeats_rounds_in_a_row_sits_the_next_one_out(
+    tmp_path, monkeypatch, max_repeats, picks
+):
+    cfg = closed_loop_cfg(
+        tmp_path,
+        "recipe.roles=[coder,reviewer,tester]",
+        "recipe.rounds=4",
+        f"recipe.closed_loop.max_repeats={max_repeats}",
+    )
+
+    def measure(trainer_, roles):  # the same figures every round: training moved nothing
+        return Measurement(
+            success=0.5,
+            outcome=0.5,
+            process={"coder": 0.5, "reviewer": 0.3, "tester": 0.0},
+            baseline_success={"coder": 0.0, "reviewer": 0.25, "tester": 0.5},  # contributions .5, .25, 0
+            baseline_outcome={"coder": 0.0, "reviewer": 0.25, "tester": 0.5},
+            changed={"coder": 9, "reviewer": 4, "tester": 2},
+        )
+
+    monkeypatch.setattr(closed_loop, "measure_roles", measure)
+    loop = ClosedLoop(Trainer(cfg, tmp_path / "run"))
+    assert [loop[k].roles[0] for k in range(4)] == picks
+    rested = [d.get("rested") for d in loop.decisions]
+    if max_repeats == "2":
+        assert rested == [None, None, "tester", None]
+
+
 def test_a_resumed_closed_loop_reads_its_decisions_back(tmp_path, monkeypatch):
     cfg = closed_loop_cfg(tmp_path, "recipe.rounds=3", "recipe.iterations_per_role={coder: 5}")
     (tmp_path / "run").mkdir()

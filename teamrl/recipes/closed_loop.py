@@ -19,6 +19,10 @@ the training did. ``recipe.closed_loop.select`` says what "weakest" means:
   trained once (the contribution then reads as what its training did for the team).
 - ``process``: the role with the lowest mean process score on the probe episodes.
 
+A role picked ``max_repeats`` rounds in a row (default 2) sits the next round out: the weakest of the
+others is trained instead, since on a small probe set a role whose training does not move the figures
+would otherwise be picked every round.
+
 Each decision is logged with its figures: one record per round in ``RUN_DIR/closed_loop.jsonl``,
 ``closed_loop/...`` metrics in ``metrics.jsonl`` and a line on the console. A resumed run reads its
 decisions back from that log instead of measuring again.
@@ -187,7 +191,12 @@ class ClosedLoop:
             for role in self.roles:
                 if role not in trained:
                     m.changed.pop(role, None)
-        picked = pick_weakest(m, self.roles, cl.select)
+        candidates, rested = self.roles, None
+        recent = [d["picked"] for d in self.decisions[-cl.max_repeats :]] if cl.max_repeats else []
+        if len(self.roles) > 1 and len(recent) == cl.max_repeats and len(set(recent)) == 1:
+            rested = recent[0]  # picked max_repeats rounds in a row: the others' turn
+            candidates = [r for r in self.roles if r != rested]
+        picked = pick_weakest(m, candidates, cl.select)
         figures = {
             role: {
                 "process": m.process.get(role, 0.0),
@@ -220,6 +229,8 @@ class ClosedLoop:
         }
         if cl.select == "contribution":  # roles left out of the pick: their swap changed nothing
             record["no_influence"] = [r for r in self.roles if r not in m.influential(self.roles)]
+        if rested is not None:
+            record["rested"] = rested
         key = "contribution" if cl.select == "contribution" else "process"
         if self.decisions:  # what the previous round's training did to the role it trained
             before = self.decisions[-1]
@@ -246,6 +257,8 @@ class ClosedLoop:
         shown = ", ".join(f"{role} {figs[key]:+.3f}" for role, figs in figures.items())
         if record.get("no_influence"):
             shown += f" (no influence: {', '.join(record['no_influence'])})"
+        if rested is not None:
+            shown += f" ({rested} rests after {cl.max_repeats} rounds in a row)"
         line = (
             f"closed loop round {index + 1}/{len(self)}: team success {m.success:.3f}; {key}: {shown} "
             f"-> train {picked} for {record['iterations']} iteration{'s' * (record['iterations'] != 1)}"
