@@ -157,11 +157,35 @@ class SelfPlayConfig(_Strict):
         "problems are easy, not how to answer them). For GRPO and M-GRPO; ppo_critic's critic values turns "
         "itself",
     )
+    anchor_samples: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="proposer_solver: the solver also attempts the example the proposer was shown (a "
+        "training problem of the suite) this many times per episode, each attempt scored alone and ranked "
+        "against the other attempts at the example; the proposer's reward still counts its own problem "
+        "only. Keeps the solver practising the task distribution while the proposer's problems drift "
+        "(0: pure self-play). Needs solver_credit: attempt",
+    )
     target_rate: float = Field(
         0.5, ge=0, le=1, description="the solver success rate at which the proposer's reward peaks (1.0)"
     )
     invalid_penalty: float = Field(
         -1.0, le=0, description="the proposer's reward for a malformed, unsafe or too large problem"
+    )
+    repetition_penalty: float = Field(
+        1.0,
+        ge=0,
+        description="proposer_solver: lambda of the batch repetition penalty (as R-Zero's): a valid problem "
+        "loses lambda * (its near-duplicates in the iteration's batch) / (valid problems - 1), so a proposer "
+        "that writes one problem over and over earns less than one that varies; 0 turns it off",
+    )
+    repetition_threshold: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="two proposed expressions are near-duplicates when the similarity of their token "
+        "sequences (difflib ratio over numbers and operators) is at least this",
     )
     max_chars: int = Field(200, ge=1, le=2000, description="longest proposed expression, in characters")
     max_operations: int = Field(12, ge=1, le=64, description="most operators in a proposed expression")
@@ -175,6 +199,11 @@ class SelfPlayConfig(_Strict):
 
     @model_validator(mode="after")
     def _roles(self) -> SelfPlayConfig:
+        if self.anchor_samples and self.solver_credit != "attempt":
+            raise ValueError(
+                "anchor_samples needs solver_credit: attempt (with episode credit every anchor attempt would "
+                "get the advantage of the proposed problem's success rate)"
+            )
         for name in self.roles:
             if name not in self.order:
                 raise ValueError(

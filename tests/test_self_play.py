@@ -14,14 +14,19 @@ from teamrl.engine.team import Seat, Team
 from teamrl.policies.scripted import ScriptedPolicy
 from teamrl.protocol import Episode, Turn
 from teamrl.tasks.reasoning import ReasoningTask
+from teamrl.trainer.build import assign_batch_rewards, demonstrations
 from teamrl.trainer.learner import Learner
 from teamrl.workflows.self_play import (
     SelfPlayConfig,
     UnsafeExpression,
+    apply_repetition_penalty,
     assign_self_play_rewards,
     evaluate_expression,
     generator_judge,
+    problem_tokens,
     proposer_solver,
+    self_play_metrics,
+    similarity,
 )
 
 TASK = ReasoningTask(task_id="t1", question="What is 2 + 3 * 4?", answer=14)
@@ -341,3 +346,113 @@ def test_grpo_ranks_the_solver_attempts_within_their_episode_and_the_proposer_ac
     adv = learner.turn_advantages(episodes, ("proposer", "solver"))
     assert adv["solver"][(0, 1)] == pytest.approx(-0.7071, abs=1e-3)
     assert adv["solver"][(1, 2)] == pytest.approx(0.7071, abs=1e-3)
+
+
+# ---------------------------------------------------------------- the proposer's repetition penalty
+
+
+def test_similarity_is_over_numbers_and_operators() -> None:
+    assert problem_tokens("12*(3 + 4)") == ("12", "*", "(", "3", "+", "4", ")")
+    assert similarity(problem_tokens("9 + 1 + 1"), problem_tokens("9+1+1")) == 1.0
+    assert similarity(problem_tokens("9 + 1 + 1"), problem_tokens("8 + 1 + 1")) == pytest.approx(0.8)
+    assert similarity(problem_tokens("9 + 1 + 1"), problem_tokens("(6 + 7) * 4")) < 0.5
+
+
+def test_near_duplicates_in_the_batch_cost_the_proposer_by_hand() -> None:
+    wrong = ["<answer>ANSWER: 0</answer>"] * 4  # no label is 0: all wrong, rate 0, proposer 0.0
+    proposals = ["9 + 1 + 1", "9+1+1", "8 + 1 + 1", "(6 + 7) * 4", "1 +"]  # the last is invalid
+    episodes = [proposer_game(f"<answer>PROBLEM: {p}</answer>", wrong) for p in proposals]
+    before = [e.rewards["proposer"] for e in episodes]
+    assert before == [0.0, 0.0, 0.0, 0.0, -1.0]
+    apply_repetition_penalty(episodes, PS)
+    # four valid problems: the first three are near-duplicates of each other (similarity 1.0 and 0.8),
+    # so each has 2 of the 3 others: 1.0 * 2 / 3; the fourth has none; the invalid one is left alone
+    assert [e.rewards["proposer"] for e in episodes] == pytest.approx([-2 / 3, -2 / 3, -2 / 3, 0.0, -1.0])
+    assert [e.verifier.get("near_duplicates") for e in episodes] == [2, 2, 2, 0, None]
+    assert all(e.process["proposer"] == 0.0 for e in episodes[:4])  # the game's score is unchanged
+    assert all(e.rewards["solver"] == 0.0 for e in episodes[:4])
+    metrics = self_play_metrics(episodes, "rollout/")
+    assert metrics["rollout/selfplay/distinct_problems"] == pytest.approx(3 / 4)  # "9+1+1" = "9 + 1 + 1"
+    assert metrics["rollout/selfplay/repetition_penalty"] == pytest.approx(0.5)
+
+
+def test_the_repetition_penalty_scales_with_lambda_and_the_threshold() -> None:
+    wrong = ["<answer>ANSWER: 0</answer>"] * 4
+
+    def make() -> list[Episode]:
+        return [proposer_game(f"<answer>PROBLEM: {p}</answer>", wrong) for p in ("9 + 1 + 1", "8 + 1 + 1")]
+
+    episodes = make()
+    apply_repetition_penalty(episodes, PS.model_copy(update={"repetition_penalty": 0.3}))
+    assert [e.rewards["proposer"] for e in episodes] == pytest.approx([-0.3, -0.3])
+    episodes = make()
+    apply_repetition_penalty(episodes, PS.model_copy(update={"repetition_threshold": 0.9}))  # 0.8 < 0.9
+    assert [e.rewards["proposer"] for e in episodes] == [0.0, 0.0]
+    (alone,) = make()[:1]
+    apply_repetition_penalty([alone], PS)  # one valid problem: nothing to repeat
+    assert alone.rewards["proposer"] == 0.0
+
+
+def test_the_trainer_applies_the_penalty_to_a_batch_only_when_lambda_is_positive() -> None:
+    wrong = ["<answer>ANSWER: 0</answer>"] * 4
+    for lam, expected in ((1.0, -1.0), (0.0, 0.0)):
+        cfg = load_config(
+            None,
+            [
+                "workflow.name=self_play",
+                "workflow.game=proposer_solver",
+                f"workflow.repetition_penalty={lam}",
+            ],
+        )
+        episodes = [
+            proposer_game("<answer>PROBLEM: 2 * 3</answer>", wrong, cfg=cfg.workflow) for _ in range(2)
+        ]
+        assign_batch_rewards(cfg, episodes)
+        assert [e.rewards["proposer"] for e in episodes] == [expected, expected]
+
+
+# ---------------------------------------------------------------- anchors: the solver practises the example
+
+
+def test_with_anchors_the_solver_also_attempts_the_example_scored_alone() -> None:
+    log: list = []
+    cfg = PS.model_copy(update={"anchor_samples": 2})
+    answers = ["<answer>ANSWER: 79</answer>", "<answer>ANSWER: 80</answer>"] * 2  # 2 of 4 right
+    answers += ["<answer>ANSWER: 51</answer>", "<answer>ANSWER: 50</answer>"]  # the example: 7 * 8 - 5
+    episode = proposer_game("<answer>PROBLEM: 12*(3+4)-5</answer>", answers, log, cfg=cfg)
+    assert [t.role for t in episode.turns] == ["proposer"] + ["solver"] * 6
+    for call in log[5:]:  # the anchors are asked the example, with the solver's usual prompt
+        assert call.prompt == "### solver: Solve.\nquestion: What is 7 * 8 - 5?\n"
+        assert call.context["task"] is SEED
+    v = episode.verifier
+    assert v["correct"] == [True, False, True, False] and v["anchor_correct"] == [True, False]
+    assert v["success_rate"] == episode.outcome == 0.5  # the proposed problem's attempts only
+    assert episode.rewards == pytest.approx({"proposer": 1.0, "solver": 0.5})
+    assert episode.attempt_rewards == {1: 1.0, 2: 0.0, 3: 1.0, 4: 0.0, 5: 1.0, 6: 0.0}
+    assert self_play_metrics([episode], "eval/")["eval/selfplay/anchor_rate"] == 0.5
+    assert proposer_game("<answer>1 + 2</answer>", [], cfg=cfg).turns[0].role == "proposer"  # invalid: no one
+
+
+def test_grpo_ranks_anchor_attempts_apart_from_the_attempts_at_the_proposed_problem() -> None:
+    cfg = load_config(None, ["workflow.name=self_play", "workflow.game=proposer_solver"])
+    turns = [Turn(role="proposer", prompt="p", text="")]
+    turns += [Turn(role="solver", round=1, prompt="problem", text="")] * 2
+    turns += [Turn(role="solver", round=1, prompt="example", text="")] * 2
+    episode = Episode(
+        task_id="s1",
+        turns=turns,
+        rewards={"proposer": 1.0, "solver": 0.5},
+        attempt_rewards={1: 1.0, 2: 0.0, 3: 1.0, 4: 1.0},
+    )
+    adv = Learner(cfg, {}).turn_advantages([episode], ("solver",))["solver"]
+    # the problem's attempts 1 0: +-0.7071; the example's attempts 1 1: 0 (one group of four: 0.5, -1.5)
+    assert adv == pytest.approx({(0, 1): 0.7071, (0, 2): -0.7071, (0, 3): 0.0, (0, 4): 0.0}, abs=1e-3)
+
+
+def test_anchors_need_attempt_credit_and_leave_the_demonstrations_alone() -> None:
+    with pytest.raises(ValidationError, match="anchor_samples needs solver_credit: attempt"):
+        SelfPlayConfig(game="proposer_solver", anchor_samples=2, solver_credit="episode")
+    base = ["workflow.name=self_play", "workflow.game=proposer_solver", "tasks.families=[arith]"]
+    plain = demonstrations(load_config(None, base), 6, seed=3)
+    anchored = demonstrations(load_config(None, [*base, "workflow.anchor_samples=4"]), 6, seed=3)
+    assert anchored == plain  # the same base model and SFT data with or without anchors

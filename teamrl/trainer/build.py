@@ -40,6 +40,7 @@ from teamrl.workflows.debate import assign_debate_rewards, debate
 from teamrl.workflows.experts import debate_experts, pipeline_experts, self_play_experts
 from teamrl.workflows.pipeline import pipeline
 from teamrl.workflows.self_play import (
+    apply_repetition_penalty,
     assign_self_play_rewards,
     generator_judge,
     proposer_solver,
@@ -131,6 +132,14 @@ def assign_rewards(cfg: Config, episode: Episode) -> None:
     apply_credit(episode, r, None if isinstance(cfg.workflow, DebateConfig) else cfg.workflow.roles)
 
 
+def assign_batch_rewards(cfg: Config, episodes: list[Episode]) -> None:
+    """Credit that needs the whole batch, after :func:`assign_rewards` of each episode: proposer_solver's
+    repetition penalty (``workflow.repetition_penalty``)."""
+    wf = cfg.workflow
+    if isinstance(wf, SelfPlayConfig) and wf.game == "proposer_solver" and wf.repetition_penalty > 0:
+        apply_repetition_penalty(episodes, wf)
+
+
 def expert_seats(cfg: Config, rng: random.Random) -> dict[str, Seat]:
     """Every role of the workflow played by its scripted expert (teamrl/workflows/experts.py)."""
     if isinstance(cfg.workflow, DebateConfig):
@@ -149,6 +158,10 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     on training tasks, so that demonstration prompts are exactly the prompts of an episode."""
     suite = build_suite(cfg)
     rng = random.Random(seed)
+    if isinstance(cfg.workflow, SelfPlayConfig) and cfg.workflow.anchor_samples:
+        # the examples' own solutions are demonstrated below (solve_alone) whether or not the solver
+        # practises them in RL: the base and SFT data stay those of the same game without anchors
+        cfg = cfg.model_copy(update={"workflow": cfg.workflow.model_copy(update={"anchor_samples": 0})})
     team = Team(expert_seats(cfg, rng))
     tasks: list[Task] = suite.sample("train", n_episodes, rng)
     solver_alone = isinstance(cfg.workflow, SelfPlayConfig) and cfg.workflow.game == "proposer_solver"

@@ -89,8 +89,8 @@ class Learner:
     ) -> dict[str, dict[TurnKey, float]]:
         """Per role, the advantage of each of its turns, keyed (episode index, turn index), in turn order:
         GRPO / M-GRPO give every turn of a role its episode's advantage, except the turns an episode
-        scores one by one (``Episode.attempt_rewards``: attempts at one prompt), whose group is the
-        role's attempts in that episode."""
+        scores one by one (``Episode.attempt_rewards``), whose group is the role's attempts at the same
+        prompt in that episode."""
         adv = self.advantages(episodes, roles)
         out = {
             role: {
@@ -110,9 +110,8 @@ class Learner:
             ]
             if keys:
                 rewards = torch.tensor([episodes[i].attempt_rewards[j] for i, j in keys])
-                attempt_adv = group_relative_advantages(
-                    rewards, [i for i, _ in keys], scale=self.cfg.algorithm.scale
-                )
+                groups = [(i, episodes[i].turns[j].prompt) for i, j in keys]
+                attempt_adv = group_relative_advantages(rewards, groups, scale=self.cfg.algorithm.scale)
                 out[role].update({key: float(a) for key, a in zip(keys, attempt_adv, strict=True)})
         return out
 

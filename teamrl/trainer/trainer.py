@@ -31,6 +31,7 @@ from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
 from teamrl.trainer.build import (
     Task,
+    assign_batch_rewards,
     assign_rewards,
     build_policies,
     build_sandbox,
@@ -144,6 +145,7 @@ class Trainer:
             self.team.share_turns()
         for ep in episodes:
             assign_rewards(self.cfg, ep)
+        assign_batch_rewards(self.cfg, episodes)
         return episodes
 
     def counterfactual(

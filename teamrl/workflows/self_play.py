@@ -17,7 +17,10 @@ over the K attempts, less the format penalty times its share of malformed attemp
 ``solver_credit: attempt`` (the default) each attempt is also scored alone (1 if correct, less the
 format penalty if malformed, in ``episode.attempt_rewards``) and GRPO ranks the K attempts against
 each other, as the solver's group, so that the right answers are reinforced rather than the easy
-problems; ``episode`` gives every attempt the episode's advantage. The proposer earns
+problems; ``episode`` gives every attempt the episode's advantage. With ``anchor_samples`` A > 0 the
+solver also attempts the example itself A times (scored and ranked the same way, among themselves), so
+that it keeps practising the suite's distribution; these attempts do not count in the proposer's reward
+or in the success rate. The proposer earns
 1 - |rate - target| / max(target, 1 - target), which peaks at 1.0 when the rate hits
 ``target_rate``, or ``invalid_penalty`` for a malformed, unsafe or too large problem (the solver
 then does not play). The problem's difficulty (operations, largest number, nesting, answer size)
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -237,6 +241,7 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
 
     answers: list[str | None] = []
     correct: list[bool] = []
+    anchor_correct: list[bool] = []  # the solver's attempts at the example itself (anchor_samples)
     problem: ReasoningTask | None = None
     if evaluated is not None:
         assert expression is not None
@@ -247,15 +252,23 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
             family="proposed",
         )
         prompt = debate_prompt(SOLVER, cfg.solver_sop, problem, [])
-        attempts = await asyncio.gather(
+        anchor_prompt = debate_prompt(SOLVER, cfg.solver_sop, seed, [])
+        anchored = cfg.anchor_samples if seed.answer is not None else 0
+        turns = await asyncio.gather(
             *(
                 answer_turn(team, SOLVER, prompt, round=1, context={"problem": expression, "sample": k})
                 for k in range(cfg.solver_samples)
-            )
+            ),
+            *(
+                answer_turn(team, SOLVER, anchor_prompt, round=1, context={"task": seed, "sample": k})
+                for k in range(anchored)
+            ),
         )
-        episode.turns += attempts
+        attempts, anchors = turns[: cfg.solver_samples], turns[cfg.solver_samples :]
+        episode.turns += [*attempts, *anchors]
         answers = [final_answer(t) for t in attempts]
         correct = [problem.check(a) for a in answers]
+        anchor_correct = [seed.check(final_answer(t)) for t in anchors]
 
     episode.errors = [t.error for t in episode.turns if t.error is not None]
     rate = sum(correct) / len(correct) if correct else 0.0
@@ -263,6 +276,7 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
     episode.verifier = {
         "game": "proposer_solver",
         "problem": problem.question if problem is not None else None,
+        "expression": expression if evaluated is not None else None,
         "valid": evaluated is not None,
         "invalid_reason": proposed.error if evaluated is None else None,
         "label": str(evaluated.value) if evaluated is not None else None,
@@ -270,6 +284,7 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
         "answers": answers,
         "correct": correct,
         "success_rate": rate,
+        "anchor_correct": anchor_correct,
         "target_rate": cfg.target_rate,
         "solved": any(correct),
     }
@@ -338,10 +353,57 @@ def assign_self_play_rewards(episode: Episode, cfg: SelfPlayConfig, format_penal
     episode.rewards = rewards
     if v["game"] == "proposer_solver" and cfg.solver_credit == "attempt":
         attempts = [j for j, t in enumerate(episode.turns) if t.role == SOLVER]
+        scores = [*v["correct"], *v.get("anchor_correct", [])]  # type: ignore[misc]
         episode.attempt_rewards = {
             j: float(ok) - format_penalty * (episode.turns[j].error is not None)
-            for j, ok in zip(attempts, v["correct"], strict=True)  # type: ignore[call-overload]
+            for j, ok in zip(attempts, scores, strict=True)
         }
+
+
+_TOKEN = re.compile(r"\d+|\S")
+
+
+def problem_tokens(expression: str) -> tuple[str, ...]:
+    """An expression's numbers and operator characters: ``"12*(3 + 4)"`` -> ``12 * ( 3 + 4 )``."""
+    return tuple(_TOKEN.findall(expression))
+
+
+def similarity(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+    """difflib's ratio of two token sequences: 2 * matched tokens / all tokens, 1.0 when equal."""
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def _expression(verifier: dict[str, Any]) -> str:
+    """A valid proposal's expression (episodes saved before it was recorded: from the question)."""
+    found = verifier.get("expression")
+    if found is None:
+        return str(verifier["problem"]).removeprefix("What is ").removesuffix("?")
+    return str(found)
+
+
+def apply_repetition_penalty(episodes: list[Episode], cfg: SelfPlayConfig) -> None:
+    """proposer_solver over one iteration's batch: each valid problem's near-duplicates (other valid
+    problems of the batch whose :func:`similarity` is at least ``cfg.repetition_threshold``) cost the
+    proposer ``cfg.repetition_penalty * duplicates / (valid problems - 1)``; a problem unlike the others
+    loses nothing, one that every other problem repeats loses the whole lambda.
+
+    As R-Zero's repetition penalty (there: BLEU-distance clusters over the batch, penalty |cluster| / B),
+    counted per problem over its neighbours, so no clustering cut is needed. Without it a proposer can
+    settle on one problem the solver half-solves, and the solver then practises that problem alone.
+    Sets ``verifier["near_duplicates"]`` and ``verifier["repetition_penalty"]`` and lowers
+    ``episode.rewards["proposer"]`` (``episode.process`` keeps the game's score). Needs rewards assigned.
+    """
+    valid = [e for e in episodes if e.verifier.get("game") == "proposer_solver" and e.verifier.get("valid")]
+    tokens = [problem_tokens(_expression(e.verifier)) for e in valid]
+    for i, episode in enumerate(valid):
+        duplicates = sum(
+            j != i and similarity(tokens[i], other) >= cfg.repetition_threshold
+            for j, other in enumerate(tokens)
+        )
+        penalty = cfg.repetition_penalty * duplicates / (len(valid) - 1) if len(valid) > 1 else 0.0
+        episode.verifier["near_duplicates"] = duplicates
+        episode.verifier["repetition_penalty"] = penalty
+        episode.rewards[PROPOSER] -= penalty
 
 
 # ---------------------------------------------------------------- metrics
@@ -358,7 +420,9 @@ def self_play_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
     generator_judge: ``generator_accuracy``, ``judge_accuracy`` (verdicts right), ``judge_accepts_correct``
     and ``judge_rejects_wrong`` (a judge that always rejects a weak generator scores a high accuracy, not
     both of these). proposer_solver: ``valid_rate``, ``solver_rate`` (the solver's success on the valid
-    problems) and ``difficulty/<proxy>`` (means over the valid problems). Episodes of
+    problems), ``anchor_rate`` (its success on the examples, with ``anchor_samples``),
+    ``difficulty/<proxy>`` (means over the valid problems), ``distinct_problems`` (distinct
+    expressions over valid problems) and ``repetition_penalty`` (its mean, once applied). Episodes of
     :func:`solve_alone`: ``solver_heldout_accuracy``.
     """
     out: dict[str, float] = {}
@@ -385,7 +449,12 @@ def self_play_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
     valid = [v for v in proposed if v["valid"]]
     share("valid_rate", [bool(v["valid"]) for v in proposed])
     mean("solver_rate", [float(v["success_rate"]) for v in valid])
+    share("anchor_rate", [bool(ok) for v in valid for ok in v.get("anchor_correct", [])])
     for key in DIFFICULTY_KEYS:
         mean(f"difficulty/{key}", [float(v["difficulty"][key]) for v in valid])
+    if valid:  # distinct problems: collapse onto a few shows here before it shows in the rewards
+        distinct = {problem_tokens(_expression(v)) for v in valid}
+        out[f"{prefix}selfplay/distinct_problems"] = len(distinct) / len(valid)
+    mean("repetition_penalty", [float(v["repetition_penalty"]) for v in valid if "repetition_penalty" in v])
     share("solver_heldout_accuracy", [bool(v["correct"]) for v in by_game.get("solve", [])])
     return out
