@@ -180,12 +180,17 @@ class SelfPlayConfig(_Strict):
         "loses lambda * (its near-duplicates in the iteration's batch) / (valid problems - 1), so a proposer "
         "that writes one problem over and over earns less than one that varies; 0 turns it off",
     )
+    repetition_on: Literal["shape", "text"] = Field(
+        "shape",
+        description="what the repetition penalty compares: shape, the expressions with every number "
+        "written N (2 - 8 and 1 - 9 are the same problem template); text, numbers included",
+    )
     repetition_threshold: float = Field(
         0.75,
         gt=0,
         le=1,
         description="two proposed expressions are near-duplicates when the similarity of their token "
-        "sequences (difflib ratio over numbers and operators) is at least this",
+        "sequences (difflib ratio over operators and numbers, or N for each number) is at least this",
     )
     max_chars: int = Field(200, ge=1, le=2000, description="longest proposed expression, in characters")
     max_operations: int = Field(12, ge=1, le=64, description="most operators in a proposed expression")

@@ -386,11 +386,24 @@ def test_the_repetition_penalty_scales_with_lambda_and_the_threshold() -> None:
     apply_repetition_penalty(episodes, PS.model_copy(update={"repetition_penalty": 0.3}))
     assert [e.rewards["proposer"] for e in episodes] == pytest.approx([-0.3, -0.3])
     episodes = make()
-    apply_repetition_penalty(episodes, PS.model_copy(update={"repetition_threshold": 0.9}))  # 0.8 < 0.9
+    text = {"repetition_on": "text"}  # as written: 0.8 similar; as templates both are N + N + N
+    apply_repetition_penalty(episodes, PS.model_copy(update={**text, "repetition_threshold": 0.9}))
     assert [e.rewards["proposer"] for e in episodes] == [0.0, 0.0]
     (alone,) = make()[:1]
     apply_repetition_penalty([alone], PS)  # one valid problem: nothing to repeat
     assert alone.rewards["proposer"] == 0.0
+
+
+def test_by_shape_the_same_template_with_other_numbers_is_a_repeat() -> None:
+    assert problem_tokens("(12 + 3) * 4", shape=True) == ("(", "N", "+", "N", ")", "*", "N")
+    wrong = ["<answer>ANSWER: 0</answer>"] * 4
+    # shape: the two N - N are each other's repeat, 1 of the 2 other valid problems: -1.0 * 1 / 2
+    for on, expected in (("shape", [-0.5, -0.5, 0.0]), ("text", [0.0, 0.0, 0.0])):
+        episodes = [
+            proposer_game(f"<answer>PROBLEM: {p}</answer>", wrong) for p in ("2 - 8", "1 - 9", "3 * 4 + 1")
+        ]
+        apply_repetition_penalty(episodes, PS.model_copy(update={"repetition_on": on}))
+        assert [e.rewards["proposer"] for e in episodes] == pytest.approx(expected)
 
 
 def test_the_trainer_applies_the_penalty_to_a_batch_only_when_lambda_is_positive() -> None:

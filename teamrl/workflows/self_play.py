@@ -363,9 +363,11 @@ def assign_self_play_rewards(episode: Episode, cfg: SelfPlayConfig, format_penal
 _TOKEN = re.compile(r"\d+|\S")
 
 
-def problem_tokens(expression: str) -> tuple[str, ...]:
-    """An expression's numbers and operator characters: ``"12*(3 + 4)"`` -> ``12 * ( 3 + 4 )``."""
-    return tuple(_TOKEN.findall(expression))
+def problem_tokens(expression: str, shape: bool = False) -> tuple[str, ...]:
+    """An expression's numbers and operator characters: ``"12*(3 + 4)"`` -> ``12 * ( 3 + 4 )``; with
+    ``shape`` every number is ``N``: ``N * ( N + N )``, the problem's template."""
+    tokens = _TOKEN.findall(expression)
+    return tuple("N" if shape and t.isdigit() else t for t in tokens)
 
 
 def similarity(a: tuple[str, ...], b: tuple[str, ...]) -> float:
@@ -383,18 +385,20 @@ def _expression(verifier: dict[str, Any]) -> str:
 
 def apply_repetition_penalty(episodes: list[Episode], cfg: SelfPlayConfig) -> None:
     """proposer_solver over one iteration's batch: each valid problem's near-duplicates (other valid
-    problems of the batch whose :func:`similarity` is at least ``cfg.repetition_threshold``) cost the
-    proposer ``cfg.repetition_penalty * duplicates / (valid problems - 1)``; a problem unlike the others
-    loses nothing, one that every other problem repeats loses the whole lambda.
+    problems of the batch whose :func:`similarity` is at least ``cfg.repetition_threshold``, compared as
+    templates with ``repetition_on: shape``, as written with ``text``) cost the proposer
+    ``cfg.repetition_penalty * duplicates / (valid problems - 1)``; a problem unlike the others loses
+    nothing, one that every other problem repeats loses the whole lambda.
 
     As R-Zero's repetition penalty (there: BLEU-distance clusters over the batch, penalty |cluster| / B),
     counted per problem over its neighbours, so no clustering cut is needed. Without it a proposer can
-    settle on one problem the solver half-solves, and the solver then practises that problem alone.
+    settle on one template the solver half-solves (``a - b`` with a negative answer, for a small
+    solver), and the solver then practises that template alone.
     Sets ``verifier["near_duplicates"]`` and ``verifier["repetition_penalty"]`` and lowers
     ``episode.rewards["proposer"]`` (``episode.process`` keeps the game's score). Needs rewards assigned.
     """
     valid = [e for e in episodes if e.verifier.get("game") == "proposer_solver" and e.verifier.get("valid")]
-    tokens = [problem_tokens(_expression(e.verifier)) for e in valid]
+    tokens = [problem_tokens(_expression(e.verifier), shape=cfg.repetition_on == "shape") for e in valid]
     for i, episode in enumerate(valid):
         duplicates = sum(
             j != i and similarity(tokens[i], other) >= cfg.repetition_threshold
