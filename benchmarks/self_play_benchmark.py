@@ -13,6 +13,15 @@ whether the solver's held-out accuracy rose while the difficulty rose, and write
         [--out-dir benchmarks/runs] [--results-dir benchmarks/results] [--set key=value ...]
         [--collect BATCH_DIR]
 
+Variants of the game are compared by running the benchmark once per variant (``--set``, each with its
+own ``--results-dir``), then drawing their curves together::
+
+    .venv/bin/python benchmarks/self_play_benchmark.py compare LABEL=RESULT.json [LABEL=RESULT.json ...]
+        [--out benchmarks/results/self_play_variants]
+
+which prints each variant's change (first evaluation -> last, and from its lowest operations point
+to the last) and writes ``<out>.json`` and ``<out>.png``.
+
 ``--set`` applies to every run (e.g. ``recipe.iterations=16 --set run.eval_every=4``). Runs go to a
 fresh ``<out-dir>/self_play_benchmark-<timestamp>-<pid>/`` (``proposer_solver_s<seed>``, each with a
 ``.log``);
@@ -232,7 +241,131 @@ def report(runs: list[dict[str, Any]], result: dict[str, Any], results_dir: Path
     lg.write_results(results_dir, "self_play_benchmark", result, partial(plot, summary, len(runs)))
 
 
+def after_lowest(acc: dict[int, float], ops: dict[int, float]) -> dict[str, float] | None:
+    """From the evaluation where the proposals were easiest (fewest operations) to the last: the change
+    of operations and of the fixed-set accuracy (None if the easiest point is the last)."""
+    low = min(ops, key=lambda step: (ops[step], step))
+    last = max(ops)
+    if low == last or low not in acc or last not in acc:
+        return None
+    return {"step": low, "operations": ops[last] - ops[low], "accuracy": acc[last] - acc[low]}
+
+
+def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per variant (a finished benchmark's result): the fixed-set accuracy and operations changes, first
+    evaluation -> last and lowest-difficulty point -> last, per seed and as mean +- std."""
+    out: dict[str, Any] = {}
+    for label, result in variants.items():
+        per_seed = []
+        for run in result["runs"]:
+            acc = {int(k): v for k, v in run["curves"]["heldout_accuracy"].items()}
+            ops = {int(k): v for k, v in run["curves"]["difficulty/operations"].items()}
+            per_seed.append(
+                {
+                    "seed": run["seed"],
+                    "accuracy": change(acc),
+                    "operations": change(ops),
+                    "after_lowest": after_lowest(acc, ops),
+                }
+            )
+        tail = [p["after_lowest"] for p in per_seed if p["after_lowest"] is not None]
+        out[label] = {
+            "sets": result.get("sets", []),
+            "accuracy_first": lg.mean_std(
+                [
+                    r["curves"]["heldout_accuracy"][min(r["curves"]["heldout_accuracy"], key=int)]
+                    for r in result["runs"]
+                ]
+            ),
+            "accuracy_change": lg.mean_std([p["accuracy"] for p in per_seed]),
+            "operations_change": lg.mean_std([p["operations"] for p in per_seed]),
+            "after_lowest_accuracy": lg.mean_std([t["accuracy"] for t in tail]) if tail else None,
+            "after_lowest_operations": lg.mean_std([t["operations"] for t in tail]) if tail else None,
+            "seeds_both_rise": sum(p["accuracy"] > 0 and p["operations"] > 0 for p in per_seed),
+            "per_seed": per_seed,
+            "summary": {k: result["summary"][k] for k in ("heldout_accuracy", "difficulty/operations")},
+        }
+    return out
+
+
+def format_compare(table: dict[str, Any]) -> str:
+    lines = [
+        f"{'variant':<28}{'fixed set first':>18}{'fixed set change':>22}{'operations change':>22}"
+        f"{'both rise':>11}",
+    ]
+    for label, row in table.items():
+        lines.append(
+            f"{label:<28}{_cell(row['accuracy_first']['mean'], row['accuracy_first']['std']):>18}"
+            f"{lg._pm(row['accuracy_change']):>22}{lg._pm(row['operations_change']):>22}"
+            f"{row['seeds_both_rise']:>6}/{len(row['per_seed'])}"
+        )
+    lines.append("from each seed's easiest proposals (fewest operations) to the last evaluation:")
+    for label, row in table.items():
+        if row["after_lowest_accuracy"] is not None:
+            lines.append(
+                f"  {label}: operations {lg._pm(row['after_lowest_operations'])}, fixed set "
+                f"{lg._pm(row['after_lowest_accuracy'])}"
+            )
+    return "\n".join(lines)
+
+
+def plot_compare(table: dict[str, Any], path: Path) -> None:
+    """Fixed-set accuracy and operations per proposal over training, one colour per variant (mean over
+    seeds, band of one sample std)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("heldout_accuracy", "solver, fixed held-out accuracy"),
+        ("difficulty/operations", "proposals: operations"),
+    ]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.9))
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+    for ax, (name, title) in zip(axes, panels, strict=True):
+        for (label, row), color in zip(table.items(), colors, strict=False):
+            s = row["summary"][name]
+            std = s["std"] or [0.0] * len(s["mean"])
+            ax.plot(s["steps"], s["mean"], marker="o", ms=3, color=color, label=label)
+            ax.fill_between(
+                s["steps"],
+                [m - d for m, d in zip(s["mean"], std, strict=True)],
+                [m + d for m, d in zip(s["mean"], std, strict=True)],
+                color=color,
+                alpha=0.12,
+            )
+        ax.set_title(title)
+        ax.set_xlabel("RL iteration (0: after SFT)")
+    axes[0].legend(fontsize=7)
+    lg.save_figure(fig, path, dpi=110)
+
+
+def compare_main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="self_play_benchmark.py compare", description=compare.__doc__)
+    parser.add_argument("variants", nargs="+", help="LABEL=RESULT.json, a finished benchmark's result")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "self_play_variants")
+    args = parser.parse_args(argv)
+    variants: dict[str, dict[str, Any]] = {}
+    for item in args.variants:
+        label, sep, path = item.partition("=")
+        if not sep or not Path(path).is_file():
+            print(f"compare: {item!r} is not LABEL=RESULT.json with an existing file", file=sys.stderr)
+            return 2
+        variants[label] = json.loads(Path(path).read_text())
+    table = compare(variants)
+    print(format_compare(table))
+    out = args.out.resolve()
+    lg.write_results(out.parent, out.name, {"variants": table}, partial(plot_compare, table))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:])
     return lg.seeds_main(
         "self_play_benchmark", __doc__, "override for every run", plan_jobs, collect, report, argv
     )
