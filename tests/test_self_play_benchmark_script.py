@@ -89,3 +89,33 @@ def test_collect_reports_finished_runs_and_writes_json_and_png(script, tmp_path,
     (tmp_path / "empty").mkdir()
     assert script.main(["--collect", str(tmp_path / "empty")]) == 1
     assert "holds no finished run to report" in capsys.readouterr().err
+
+
+def test_compare_variants_by_hand_and_from_the_command_line(script, tmp_path, capsys):
+    results = {}
+    for name, runs in {
+        "plain": [([0.40, 0.35, 0.38], [2.0, 1.0, 1.5]), ([0.50, 0.45, 0.44], [2.0, 1.8, 1.6])],
+        "penalty": [([0.40, 0.45, 0.50], [2.0, 2.2, 2.4]), ([0.50, 0.50, 0.55], [2.0, 1.9, 2.3])],
+    }.items():
+        batch = tmp_path / name
+        for seed, (acc, ops) in enumerate(runs):
+            fake_run(batch / f"proposer_solver_s{seed}", acc, ops)
+        assert script.main(["--collect", str(batch), "--results-dir", str(tmp_path / f"res_{name}")]) == 0
+        results[name] = tmp_path / f"res_{name}" / "self_play_benchmark.json"
+    capsys.readouterr()
+    # seed 0 of plain: easiest at step 2 (1.0 operations), then +0.5 operations and +0.03 accuracy
+    assert script.after_lowest({0: 0.40, 2: 0.35, 4: 0.38}, {0: 2.0, 2: 1.0, 4: 1.5}) == pytest.approx(
+        {"step": 2, "operations": 0.5, "accuracy": 0.03}
+    )
+    assert script.after_lowest({0: 0.5, 2: 0.4}, {0: 2.0, 2: 1.0}) is None  # easiest last: no "after"
+    out = tmp_path / "cmp" / "variants"
+    argv = ["compare", f"plain={results['plain']}", f"penalty={results['penalty']}", "--out", str(out)]
+    assert script.main(argv) == 0
+    table = json.loads(out.with_suffix(".json").read_text())["variants"]
+    assert table["plain"]["accuracy_change"]["mean"] == pytest.approx((-0.02 - 0.06) / 2)
+    assert table["plain"]["seeds_both_rise"] == 0 and table["penalty"]["seeds_both_rise"] == 2
+    assert table["penalty"]["operations_change"]["mean"] == pytest.approx(0.35)
+    assert table["plain"]["after_lowest_operations"]["mean"] == pytest.approx(0.5)  # seed 1: easiest last
+    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert "penalty" in capsys.readouterr().out
+    assert script.main(["compare", "nolabel.json"]) == 2

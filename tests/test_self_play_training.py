@@ -219,6 +219,7 @@ def test_the_held_out_figures_of_known_transcripts():
             "eval/selfplay/difficulty/max_operand": (4 + 8) / 2,
             "eval/selfplay/difficulty/depth": 2.0,
             "eval/selfplay/difficulty/answer_digits": 2.0,
+            "eval/selfplay/distinct_problems": 1.0,  # two valid problems, two expressions
             "eval/selfplay/solver_heldout_accuracy": 1 / 3,  # the third reply has no tags
         }
     )
