@@ -178,7 +178,8 @@ class SelfPlayConfig(_Strict):
         ge=0,
         description="proposer_solver: lambda of the batch repetition penalty (as R-Zero's): a valid problem "
         "loses lambda * (its near-duplicates in the iteration's batch) / (valid problems - 1), so a proposer "
-        "that writes one problem over and over earns less than one that varies; 0 turns it off",
+        "that writes one problem (by default: one template) over and over earns less than one that varies; 0 "
+        "turns it off",
     )
     repetition_on: Literal["shape", "text"] = Field(
         "shape",
