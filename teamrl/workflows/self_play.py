@@ -38,6 +38,7 @@ import ast
 import asyncio
 import difflib
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -399,11 +400,13 @@ def apply_repetition_penalty(episodes: list[Episode], cfg: SelfPlayConfig) -> No
     """
     valid = [e for e in episodes if e.verifier.get("game") == "proposer_solver" and e.verifier.get("valid")]
     tokens = [problem_tokens(_expression(e.verifier), shape=cfg.repetition_on == "shape") for e in valid]
-    for i, episode in enumerate(valid):
-        duplicates = sum(
-            j != i and similarity(tokens[i], other) >= cfg.repetition_threshold
-            for j, other in enumerate(tokens)
-        )
+    counts = Counter(tokens)  # compare each distinct template once: a collapsed batch has few
+    neighbours = {
+        t: sum(n for other, n in counts.items() if similarity(t, other) >= cfg.repetition_threshold)
+        for t in counts
+    }
+    for episode, t in zip(valid, tokens, strict=True):
+        duplicates = neighbours[t] - 1  # itself
         penalty = cfg.repetition_penalty * duplicates / (len(valid) - 1) if len(valid) > 1 else 0.0
         episode.verifier["near_duplicates"] = duplicates
         episode.verifier["repetition_penalty"] = penalty
