@@ -322,9 +322,10 @@ def plot_compare(table: dict[str, Any], path: Path) -> None:
         ("difficulty/operations", "proposals: operations"),
     ]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.9))
-    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+    colors = plt.get_cmap("tab10").colors  # every variant drawn: colours cycle past ten
     for ax, (name, title) in zip(axes, panels, strict=True):
-        for (label, row), color in zip(table.items(), colors, strict=False):
+        for k, (label, row) in enumerate(table.items()):
+            color = colors[k % len(colors)]
             s = row["summary"][name]
             std = s["std"] or [0.0] * len(s["mean"])
             ax.plot(s["steps"], s["mean"], marker="o", ms=3, color=color, label=label)
