@@ -119,6 +119,11 @@ def verdict(runs: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, An
         for a, o in zip(acc["change_per_seed"], ops["change_per_seed"], strict=True)
     )
     acc_up, ops_up = acc["change"]["mean"] > 0, ops["change"]["mean"] > 0
+    proxies = {  # every difficulty proxy measured: does its mean over seeds rise?
+        d: summary[f"difficulty/{d}"]["change"]["mean"] > 0
+        for d in DIFFICULTY
+        if summary.get(f"difficulty/{d}") is not None and summary[f"difficulty/{d}"]["change"] is not None
+    }
     return {
         "measured": True,
         "accuracy_rises": acc_up,
@@ -126,6 +131,7 @@ def verdict(runs: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, An
         "both_rise": acc_up and ops_up,
         "seeds_both_rise": both,
         "seeds": len(runs),
+        "proxies_rise": proxies,
     }
 
 
@@ -172,6 +178,8 @@ def format_report(runs: list[dict[str, Any]], summary: dict[str, Any], v: dict[s
             f"(operations) rises: {yes[v['difficulty_rises']]}; both on average: {yes[v['both_rise']]}; "
             f"both on {v['seeds_both_rise']}/{v['seeds']} seed(s)"
         )
+        rises = ", ".join(f"{d} {yes[up]}" for d, up in v["proxies_rise"].items())
+        lines.append(f"each difficulty proxy rises (mean over seeds): {rises}")
     return "\n".join(lines)
 
 
@@ -251,6 +259,10 @@ def after_lowest(acc: dict[int, float], ops: dict[int, float]) -> dict[str, floa
     return {"step": low, "operations": ops[last] - ops[low], "accuracy": acc[last] - acc[low]}
 
 
+def _int_keys(curve: dict[str, float]) -> dict[int, float]:
+    return {int(k): v for k, v in curve.items()}
+
+
 def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per variant (a finished benchmark's result): the fixed-set accuracy and operations changes, first
     evaluation -> last and lowest-difficulty point -> last, per seed and as mean +- std."""
@@ -279,6 +291,17 @@ def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
             ),
             "accuracy_change": lg.mean_std([p["accuracy"] for p in per_seed]),
             "operations_change": lg.mean_std([p["operations"] for p in per_seed]),
+            "largest_number_change": lg.mean_std(
+                [
+                    c
+                    for c in (
+                        change(_int_keys(r["curves"]["difficulty/max_operand"])) for r in result["runs"]
+                    )
+                    if c is not None
+                ]
+            )
+            if all(r["curves"].get("difficulty/max_operand") for r in result["runs"])
+            else None,
             "after_lowest_accuracy": lg.mean_std([t["accuracy"] for t in tail]) if tail else None,
             "after_lowest_operations": lg.mean_std([t["operations"] for t in tail]) if tail else None,
             "seeds_both_rise": sum(p["accuracy"] > 0 and p["operations"] > 0 for p in per_seed),
@@ -299,6 +322,9 @@ def format_compare(table: dict[str, Any]) -> str:
             f"{lg._pm(row['accuracy_change']):>22}{lg._pm(row['operations_change']):>22}"
             f"{row['seeds_both_rise']:>6}/{len(row['per_seed'])}"
         )
+    for label, row in table.items():
+        if row.get("largest_number_change") is not None:
+            lines.append(f"  {label}: largest number {lg._pm(row['largest_number_change'])}")
     lines.append("from each seed's easiest proposals (fewest operations) to the last evaluation:")
     for label, row in table.items():
         if row["after_lowest_accuracy"] is not None:

@@ -57,6 +57,7 @@ def test_curves_mean_spread_and_change(script, tmp_path):
         "both_rise": True,
         "seeds_both_rise": 2,
         "seeds": 2,
+        "proxies_rise": {"operations": True},
     }
 
 
