@@ -377,7 +377,7 @@ def compare_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     variants: dict[str, dict[str, Any]] = {}
     for item in args.variants:
-        label, sep, path = item.partition("=")
+        label, sep, path = item.rpartition("=")  # a label may hold "=", a path seldom does
         if not sep or not Path(path).is_file():
             print(f"compare: {item!r} is not LABEL=RESULT.json with an existing file", file=sys.stderr)
             return 2
