@@ -264,43 +264,34 @@ def _int_keys(curve: dict[str, float]) -> dict[int, float]:
 
 
 def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per variant (a finished benchmark's result): the fixed-set accuracy and operations changes, first
-    evaluation -> last and lowest-difficulty point -> last, per seed and as mean +- std."""
+    """Per variant (a finished benchmark's result): the fixed-set accuracy, operations and largest-number
+    changes, first evaluation -> last and lowest-difficulty point -> last, per seed and as mean +- std."""
     out: dict[str, Any] = {}
     for label, result in variants.items():
         per_seed = []
         for run in result["runs"]:
-            acc = {int(k): v for k, v in run["curves"]["heldout_accuracy"].items()}
-            ops = {int(k): v for k, v in run["curves"]["difficulty/operations"].items()}
+            acc = _int_keys(run["curves"]["heldout_accuracy"])
+            ops = _int_keys(run["curves"]["difficulty/operations"])
+            largest = _int_keys(run["curves"].get("difficulty/max_operand", {}))
             per_seed.append(
                 {
                     "seed": run["seed"],
+                    "accuracy_first": acc[min(acc)],
                     "accuracy": change(acc),
                     "operations": change(ops),
+                    "largest_number": change(largest),
                     "after_lowest": after_lowest(acc, ops),
                 }
             )
         tail = [p["after_lowest"] for p in per_seed if p["after_lowest"] is not None]
+        largest_changes = [p["largest_number"] for p in per_seed]
         out[label] = {
             "sets": result.get("sets", []),
-            "accuracy_first": lg.mean_std(
-                [
-                    r["curves"]["heldout_accuracy"][min(r["curves"]["heldout_accuracy"], key=int)]
-                    for r in result["runs"]
-                ]
-            ),
+            "accuracy_first": lg.mean_std([p["accuracy_first"] for p in per_seed]),
             "accuracy_change": lg.mean_std([p["accuracy"] for p in per_seed]),
             "operations_change": lg.mean_std([p["operations"] for p in per_seed]),
-            "largest_number_change": lg.mean_std(
-                [
-                    c
-                    for c in (
-                        change(_int_keys(r["curves"]["difficulty/max_operand"])) for r in result["runs"]
-                    )
-                    if c is not None
-                ]
-            )
-            if all(r["curves"].get("difficulty/max_operand") for r in result["runs"])
+            "largest_number_change": lg.mean_std(largest_changes)
+            if all(c is not None for c in largest_changes)
             else None,
             "after_lowest_accuracy": lg.mean_std([t["accuracy"] for t in tail]) if tail else None,
             "after_lowest_operations": lg.mean_std([t["operations"] for t in tail]) if tail else None,
