@@ -376,14 +376,6 @@ def similarity(a: tuple[str, ...], b: tuple[str, ...]) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def _expression(verifier: dict[str, Any]) -> str:
-    """A valid proposal's expression (episodes saved before it was recorded: from the question)."""
-    found = verifier.get("expression")
-    if found is None:
-        return str(verifier["problem"]).removeprefix("What is ").removesuffix("?")
-    return str(found)
-
-
 def apply_repetition_penalty(episodes: list[Episode], cfg: SelfPlayConfig) -> None:
     """proposer_solver over one iteration's batch: each valid problem's near-duplicates (other valid
     problems of the batch whose :func:`similarity` is at least ``cfg.repetition_threshold``, compared as
@@ -399,7 +391,9 @@ def apply_repetition_penalty(episodes: list[Episode], cfg: SelfPlayConfig) -> No
     ``episode.rewards["proposer"]`` (``episode.process`` keeps the game's score). Needs rewards assigned.
     """
     valid = [e for e in episodes if e.verifier.get("game") == "proposer_solver" and e.verifier.get("valid")]
-    tokens = [problem_tokens(_expression(e.verifier), shape=cfg.repetition_on == "shape") for e in valid]
+    tokens = [
+        problem_tokens(str(e.verifier["expression"]), shape=cfg.repetition_on == "shape") for e in valid
+    ]
     counts = Counter(tokens)  # compare each distinct template once: a collapsed batch has few
     neighbours = {
         t: sum(n for other, n in counts.items() if similarity(t, other) >= cfg.repetition_threshold)
@@ -460,7 +454,7 @@ def self_play_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
     for key in DIFFICULTY_KEYS:
         mean(f"difficulty/{key}", [float(v["difficulty"][key]) for v in valid])
     if valid:  # distinct problems: collapse onto a few shows here before it shows in the rewards
-        distinct = {problem_tokens(_expression(v)) for v in valid}
+        distinct = {problem_tokens(str(v["expression"])) for v in valid}
         out[f"{prefix}selfplay/distinct_problems"] = len(distinct) / len(valid)
     mean("repetition_penalty", [float(v["repetition_penalty"]) for v in valid if "repetition_penalty" in v])
     share("solver_heldout_accuracy", [bool(v["correct"]) for v in by_game.get("solve", [])])
