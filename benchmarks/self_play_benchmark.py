@@ -44,14 +44,19 @@ from benchmarks.population_benchmark import _mean_curve  # noqa: E402
 
 CONFIG = "examples/self_play_proposer_solver.yaml"
 NAME = "proposer_solver"
-# the example's 8 iterations, evaluated after SFT (step 0) and after iterations 2, 4, 6 and 8
-DEFAULTS = [*lg.COMMON, "run.eval_every=2"]
+# twice the example's 48 iterations, evaluated after SFT (step 0) and every 16 iterations
+DEFAULTS = [*lg.COMMON, "recipe.iterations=96", "run.eval_every=16"]
 ACCURACY = "eval/selfplay/solver_heldout_accuracy"
 DIFFICULTY = ("operations", "max_operand", "depth", "answer_digits")
+# the proposals' difficulty for the solver as it started (its snapshot before RL): the share of its
+# attempts that fail, 1 - eval/selfplay/reference_solver_rate; unlike the proxies it is measured in the
+# solver's own terms, and unlike solver_rate it does not fall because the solver learns
+REFERENCE = "reference_failure"
 CURVES = {
     "heldout_accuracy": ACCURACY,
     "valid_rate": "eval/selfplay/valid_rate",
     "solver_rate": "eval/selfplay/solver_rate",
+    "reference_solver_rate": "eval/selfplay/reference_solver_rate",
     **{f"difficulty/{d}": f"eval/selfplay/difficulty/{d}" for d in DIFFICULTY},
 }
 
@@ -63,6 +68,7 @@ def run_curves(run_dir: Path) -> dict[str, Any]:
     curves = {
         name: {int(e["step"]): float(e[key]) for e in evals if key in e} for name, key in CURVES.items()
     }
+    curves[f"difficulty/{REFERENCE}"] = {step: 1.0 - r for step, r in curves["reference_solver_rate"].items()}
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     rollout = {
         f"rollout_difficulty/{d}": {
@@ -108,10 +114,19 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def difficulty_measure(summary: dict[str, Any]) -> str:
+    """The difficulty the verdict goes by: the starting solver's failure rate where every run measured it
+    (``workflow.reference_samples``), else the proposals' operations."""
+    ref = summary.get(f"difficulty/{REFERENCE}")
+    complete = ref is not None and all(c is not None for c in ref["change_per_seed"])
+    return REFERENCE if complete else "operations"
+
+
 def verdict(runs: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
-    """Did the solver's fixed-set accuracy rise while the proposals got harder (operations), on
-    average and on how many seeds?"""
-    acc, ops = summary.get("heldout_accuracy"), summary.get("difficulty/operations")
+    """Did the solver's fixed-set accuracy rise while the proposals got harder (for the starting solver,
+    else by operations), on average and on how many seeds?"""
+    by = difficulty_measure(summary)
+    acc, ops = summary.get("heldout_accuracy"), summary.get(f"difficulty/{by}")
     if acc is None or ops is None or acc["change"] is None or ops["change"] is None:
         return {"measured": False}
     both = sum(
@@ -121,11 +136,12 @@ def verdict(runs: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, An
     acc_up, ops_up = acc["change"]["mean"] > 0, ops["change"]["mean"] > 0
     proxies = {  # every difficulty proxy measured: does its mean over seeds rise?
         d: summary[f"difficulty/{d}"]["change"]["mean"] > 0
-        for d in DIFFICULTY
+        for d in (*DIFFICULTY, REFERENCE)
         if summary.get(f"difficulty/{d}") is not None and summary[f"difficulty/{d}"]["change"] is not None
     }
     return {
         "measured": True,
+        "difficulty_by": by,
         "accuracy_rises": acc_up,
         "difficulty_rises": ops_up,
         "both_rise": acc_up and ops_up,
@@ -144,6 +160,7 @@ def format_report(runs: list[dict[str, Any]], summary: dict[str, Any], v: dict[s
         n
         for n in (
             "heldout_accuracy",
+            f"difficulty/{REFERENCE}",
             "difficulty/operations",
             "difficulty/max_operand",
             "valid_rate",
@@ -175,7 +192,8 @@ def format_report(runs: list[dict[str, Any]], summary: dict[str, Any], v: dict[s
         yes = {True: "yes", False: "no"}
         lines.append(
             f"solver's fixed-set accuracy rises: {yes[v['accuracy_rises']]}; proposals' difficulty "
-            f"(operations) rises: {yes[v['difficulty_rises']]}; both on average: {yes[v['both_rise']]}; "
+            f"({v['difficulty_by']}) rises: {yes[v['difficulty_rises']]}; "
+            f"both on average: {yes[v['both_rise']]}; "
             f"both on {v['seeds_both_rise']}/{v['seeds']} seed(s)"
         )
         rises = ", ".join(f"{d} {yes[up]}" for d, up in v["proxies_rise"].items())
@@ -193,6 +211,7 @@ def plot(summary: dict[str, Any], seeds: int, path: Path) -> None:
 
     panels = [
         ("heldout_accuracy", "solver, fixed held-out accuracy"),
+        (f"difficulty/{REFERENCE}", "proposals: starting solver fails"),
         ("difficulty/operations", "proposals: operations"),
         ("difficulty/max_operand", "proposals: largest number"),
     ]
@@ -264,8 +283,9 @@ def _int_keys(curve: dict[str, float]) -> dict[int, float]:
 
 
 def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per variant (a finished benchmark's result): the fixed-set accuracy, operations and largest-number
-    changes, first evaluation -> last and lowest-difficulty point -> last, per seed and as mean +- std."""
+    """Per variant (a finished benchmark's result): the fixed-set accuracy, operations, largest-number and
+    starting-solver failure changes, first evaluation -> last and lowest-difficulty point -> last, per seed
+    and as mean +- std."""
     out: dict[str, Any] = {}
     for label, result in variants.items():
         per_seed = []
@@ -273,6 +293,7 @@ def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
             acc = _int_keys(run["curves"]["heldout_accuracy"])
             ops = _int_keys(run["curves"]["difficulty/operations"])
             largest = _int_keys(run["curves"].get("difficulty/max_operand", {}))
+            fails = _int_keys(run["curves"].get(f"difficulty/{REFERENCE}", {}))
             per_seed.append(
                 {
                     "seed": run["seed"],
@@ -280,11 +301,14 @@ def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
                     "accuracy": change(acc),
                     "operations": change(ops),
                     "largest_number": change(largest),
+                    REFERENCE: change(fails),
                     "after_lowest": after_lowest(acc, ops),
                 }
             )
         tail = [p["after_lowest"] for p in per_seed if p["after_lowest"] is not None]
         largest_changes = [p["largest_number"] for p in per_seed]
+        fail_changes = [p[REFERENCE] for p in per_seed]
+        by = REFERENCE if all(c is not None for c in fail_changes) else "operations"
         out[label] = {
             "sets": result.get("sets", []),
             "accuracy_first": lg.mean_std([p["accuracy_first"] for p in per_seed]),
@@ -293,9 +317,11 @@ def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "largest_number_change": lg.mean_std(largest_changes)
             if all(c is not None for c in largest_changes)
             else None,
+            "reference_failure_change": lg.mean_std(fail_changes) if by == REFERENCE else None,
+            "difficulty_by": by,
             "after_lowest_accuracy": lg.mean_std([t["accuracy"] for t in tail]) if tail else None,
             "after_lowest_operations": lg.mean_std([t["operations"] for t in tail]) if tail else None,
-            "seeds_both_rise": sum(p["accuracy"] > 0 and p["operations"] > 0 for p in per_seed),
+            "seeds_both_rise": sum(p["accuracy"] > 0 and p[by] > 0 for p in per_seed),
             "per_seed": per_seed,
             "summary": {k: result["summary"][k] for k in ("heldout_accuracy", "difficulty/operations")},
         }
@@ -316,6 +342,9 @@ def format_compare(table: dict[str, Any]) -> str:
     for label, row in table.items():
         if row.get("largest_number_change") is not None:
             lines.append(f"  {label}: largest number {lg._pm(row['largest_number_change'])}")
+        if row.get("reference_failure_change") is not None:
+            lines.append(f"  {label}: starting solver fails {lg._pm(row['reference_failure_change'])}")
+    lines.append("both rise: the fixed set and the difficulty (starting solver fails if measured, else ops)")
     lines.append("from each seed's easiest proposals (fewest operations) to the last evaluation:")
     for label, row in table.items():
         if row["after_lowest_accuracy"] is not None:

@@ -167,6 +167,16 @@ class SelfPlayConfig(_Strict):
         "only. Keeps the solver practising the task distribution while the proposer's problems drift "
         "(0: pure self-play). Needs solver_credit: attempt",
     )
+    reference_samples: int = Field(
+        2,
+        ge=0,
+        le=64,
+        description="proposer_solver, at each evaluation: the solver as it started (its snapshot before RL, "
+        "the KL reference) attempts every valid proposal this many times; its success rate "
+        "(eval/selfplay/reference_solver_rate) is the proposals' difficulty for a solver that does not "
+        "learn, so it falls only if the proposer's problems get harder (0: not measured; needs a solver "
+        "adapter)",
+    )
     target_rate: float = Field(
         0.5, ge=0, le=1, description="the solver success rate at which the proposer's reward peaks (1.0)"
     )

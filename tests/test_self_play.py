@@ -14,7 +14,7 @@ from teamrl.engine.team import Seat, Team
 from teamrl.policies.scripted import ScriptedPolicy
 from teamrl.protocol import Episode, Turn
 from teamrl.tasks.reasoning import ReasoningTask
-from teamrl.trainer.build import assign_batch_rewards, demonstrations
+from teamrl.trainer.build import assign_batch_rewards, demonstrations, reference_solver_evaluation
 from teamrl.trainer.learner import Learner
 from teamrl.workflows.self_play import (
     SelfPlayConfig,
@@ -469,3 +469,42 @@ def test_anchors_need_attempt_credit_and_leave_the_demonstrations_alone() -> Non
     plain = demonstrations(load_config(None, base), 6, seed=3)
     anchored = demonstrations(load_config(None, [*base, "workflow.anchor_samples=4"]), 6, seed=3)
     assert anchored == plain  # the same base model and SFT data with or without anchors
+
+
+# ------------------------------------------------ the proposals' difficulty for the starting solver
+
+
+OVERRIDES = ["workflow.name=self_play", "workflow.game=proposer_solver"]
+
+
+def _proposal(expression: str | None, group: int = 0) -> Episode:
+    verifier = {"game": "proposer_solver", "valid": expression is not None, "expression": expression}
+    return Episode(task_id="s1", group=group, verifier=verifier)
+
+
+def test_the_starting_solver_attempts_each_valid_proposal_of_an_evaluation() -> None:
+    asked: list[tuple[str | None, str]] = []
+
+    def respond(req) -> str:  # the snapshot knows 6 * 7 only; the current adapter knows everything
+        asked.append((req.adapter, req.prompt))
+        if req.adapter == "ref_solver":
+            return "<answer>ANSWER: 42</answer>"
+        return "<answer>ANSWER: 4</answer>" if "2 + 2" in req.prompt else "<answer>ANSWER: 42</answer>"
+
+    cfg = load_config(None, OVERRIDES)
+    engine = Engine({"p": ScriptedPolicy(respond)})
+    team = Team({role: Seat(policy="p", adapter=role) for role in cfg.workflow.order}, engine)
+    episodes = [_proposal("6 * 7"), _proposal("2 + 2", 1), _proposal(None, 2), _proposal("6*7", 3)]
+    got = reference_solver_evaluation(cfg, team, engine, episodes)
+    k = cfg.workflow.reference_samples
+    assert k == 2 and got == pytest.approx({"eval/selfplay/reference_solver_rate": 2 / 3})
+    assert len(asked) == 3 * k and {adapter for adapter, _ in asked} == {"ref_solver"}
+    assert sum("What is 2 + 2?" in prompt for _, prompt in asked) == k
+    assert team.seats["solver"].adapter == "solver"  # seated back after the evaluation
+
+    off = load_config(None, [*OVERRIDES, "workflow.reference_samples=0"])
+    assert reference_solver_evaluation(off, team, engine, episodes) == {}
+    no_adapter = Team({role: Seat(policy="p") for role in cfg.workflow.order}, engine)
+    assert reference_solver_evaluation(cfg, no_adapter, engine, episodes) == {}  # no snapshot to ask
+    assert reference_solver_evaluation(cfg, team, engine, [_proposal(None)]) == {}  # nothing valid
+    assert len(asked) == 3 * k

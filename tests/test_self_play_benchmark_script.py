@@ -9,6 +9,7 @@ from bench_scripts import load_script
 
 ACC = "eval/selfplay/solver_heldout_accuracy"
 OPS = "eval/selfplay/difficulty/operations"
+REF = "eval/selfplay/reference_solver_rate"
 
 
 @pytest.fixture(scope="module")
@@ -16,14 +17,22 @@ def script():
     return load_script("self_play_benchmark")
 
 
-def fake_run(run_dir: Path, accuracy: list[float], operations: list[float], every: int = 2) -> Path:
+def fake_run(
+    run_dir: Path,
+    accuracy: list[float],
+    operations: list[float],
+    every: int = 2,
+    reference: list[float] | None = None,
+) -> Path:
     """A finished run evaluated after SFT and every ``every`` iterations; the final evaluation repeats
-    the last step, as the trainer's after_rl does."""
+    the last step, as the trainer's after_rl does. ``reference``: the starting solver's success rates."""
     run_dir.mkdir(parents=True)
     evals = [
         {"label": f"step{i * every}", "step": i * every, ACC: a, OPS: o, "eval/selfplay/valid_rate": 1.0}
         for i, (a, o) in enumerate(zip(accuracy, operations, strict=True))
     ]
+    for e, r in zip(evals, reference or [], strict=False):
+        e[REF] = r
     evals.append({**evals[-1], "label": "after_rl"})
     (run_dir / "summary.json").write_text(json.dumps({"evals": evals}))
     steps = (len(accuracy) - 1) * every
@@ -52,6 +61,7 @@ def test_curves_mean_spread_and_change(script, tmp_path):
     v = script.verdict([a, b], summary)
     assert v == {
         "measured": True,
+        "difficulty_by": "operations",  # the starting solver was not asked
         "accuracy_rises": True,
         "difficulty_rises": True,
         "both_rise": True,
@@ -120,3 +130,27 @@ def test_compare_variants_by_hand_and_from_the_command_line(script, tmp_path, ca
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert "penalty" in capsys.readouterr().out
     assert script.main(["compare", "nolabel.json"]) == 2
+
+
+def test_with_the_starting_solvers_rate_the_verdict_goes_by_its_failures(script, tmp_path, capsys):
+    """Fewer operations but problems the starting solver fails more often: harder by the measure that
+    counts; a run that did not measure it leaves the verdict on operations."""
+    batch = tmp_path / "batch"
+    fake_run(batch / "proposer_solver_s0", [0.30, 0.40, 0.50], [2.0, 1.8, 1.5], reference=[0.6, 0.5, 0.4])
+    fake_run(batch / "proposer_solver_s1", [0.30, 0.35, 0.45], [2.0, 1.9, 1.9], reference=[0.5, 0.5, 0.55])
+    runs = script.collect(batch)
+    assert runs[0]["curves"]["difficulty/reference_failure"] == pytest.approx({0: 0.4, 2: 0.5, 4: 0.6})
+    summary = script.summarize(runs)
+    assert summary["difficulty/reference_failure"]["change_per_seed"] == pytest.approx([0.2, -0.05])
+    v = script.verdict(runs, summary)
+    assert v["difficulty_by"] == "reference_failure" and v["difficulty_rises"] and v["seeds_both_rise"] == 1
+    assert v["proxies_rise"] == {"operations": False, "reference_failure": True}
+    res = tmp_path / "res"
+    assert script.main(["--collect", str(batch), "--results-dir", str(res)]) == 0
+    assert "proposals' difficulty (reference_failure) rises: yes" in capsys.readouterr().out
+    table = script.compare({"ref": json.loads((res / "self_play_benchmark.json").read_text())})["ref"]
+    assert table["difficulty_by"] == "reference_failure" and table["seeds_both_rise"] == 1
+    assert table["reference_failure_change"]["mean"] == pytest.approx(0.075)
+    fake_run(tmp_path / "old" / "proposer_solver_s0", [0.3, 0.4], [1.0, 2.0])  # measured before it existed
+    mixed = script.collect(tmp_path / "old") + runs
+    assert script.verdict(mixed, script.summarize(mixed))["difficulty_by"] == "operations"

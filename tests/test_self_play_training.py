@@ -297,6 +297,7 @@ def test_a_tiny_proposer_solver_run_logs_difficulty_and_the_fixed_set_accuracy(c
     assert 0.0 <= rl["rollout/selfplay/solver_rate"] <= 1.0
     after_rl = summary["evals"][-1]
     assert {"eval/selfplay/valid_rate", "eval/selfplay/solver_heldout_accuracy"} <= set(after_rl)
+    assert 0.0 <= after_rl["eval/selfplay/reference_solver_rate"] <= 1.0  # the expert's problems, ref_solver
     solo = (run / "episodes" / "eval_after_rl_solver.jsonl").read_text().splitlines()
     assert len(solo) == cfg.tasks.heldout_size * cfg.run.eval_samples
     assert json.loads(solo[0])["verifier"]["game"] == "solve"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -17,6 +18,7 @@ import torch
 
 from teamrl.config import (
     JUDGE,
+    SOLVER,
     Config,
     ConfigError,
     DebateConfig,
@@ -36,6 +38,7 @@ from teamrl.rewards.credit import apply_credit, assign_hybrid_rewards
 from teamrl.tasks.programming import ProgrammingTask, ProgrammingTaskSuite
 from teamrl.tasks.reasoning import ReasoningTask, ReasoningTaskSuite, TaskFileSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
+from teamrl.trainer.learner import ref_adapter
 from teamrl.workflows.debate import assign_debate_rewards, debate
 from teamrl.workflows.experts import debate_experts, pipeline_experts, self_play_experts
 from teamrl.workflows.pipeline import pipeline
@@ -43,6 +46,7 @@ from teamrl.workflows.self_play import (
     apply_repetition_penalty,
     assign_self_play_rewards,
     generator_judge,
+    proposals,
     proposer_solver,
     self_play_metrics,
     solve_alone,
@@ -196,6 +200,30 @@ def solver_heldout_evaluation(
         [lambda t=t, g=g: solve_alone(team, t, wf, group=g) for t in known for g in range(samples)]
     )
     return self_play_metrics(episodes, prefix="eval/"), episodes
+
+
+def reference_solver_evaluation(
+    cfg: Config, team: Team, engine: Engine, episodes: list[Episode]
+) -> dict[str, float]:
+    """proposer_solver with ``workflow.reference_samples`` and a solver adapter: the solver as it started
+    (its snapshot before RL, ``ref_solver``) attempts each valid proposal of the evaluation's ``episodes``
+    that many times. Its success rate, ``eval/selfplay/reference_solver_rate``, is the proposals'
+    difficulty for a solver that does not learn: unlike ``solver_rate`` it falls only when the proposer's
+    problems get harder. Every other case: nothing."""
+    wf = cfg.workflow
+    if not isinstance(wf, SelfPlayConfig) or wf.game != "proposer_solver" or not wf.reference_samples:
+        return {}
+    seat = team.seats.get(SOLVER)
+    if seat is None or seat.adapter is None or seat.script is not None:
+        return {}
+    tasks = proposals(episodes, wf)
+    if not tasks:
+        return {}
+    with team.seated({SOLVER: dataclasses.replace(seat, adapter=ref_adapter(SOLVER))}):
+        k = range(wf.reference_samples)
+        solved = engine.run([lambda t=t, g=g: solve_alone(team, t, wf, group=g) for t in tasks for g in k])
+    flags = [bool(e.verifier["correct"]) for e in solved]
+    return {"eval/selfplay/reference_solver_rate": sum(flags) / len(flags)}
 
 
 def _with_answers(tasks: list[Task]) -> list[Task]:

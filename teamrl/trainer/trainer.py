@@ -40,6 +40,7 @@ from teamrl.trainer.build import (
     demonstrations,
     episode_factories,
     play_episode,
+    reference_solver_evaluation,
     solver_heldout_evaluation,
 )
 from teamrl.trainer.learner import Learner, ref_adapter
@@ -184,6 +185,7 @@ class Trainer:
             self.cfg, self.team, self.engine, tasks, self.cfg.run.eval_samples
         )
         result.update(alone)
+        result.update(reference_solver_evaluation(self.cfg, self.team, self.engine, episodes))
         if save_episodes:
             write_jsonl(self.run_dir / "episodes" / f"eval_{label}.jsonl", (e.model_dump() for e in episodes))
             if solo:

@@ -218,6 +218,13 @@ async def generator_judge(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, 
 # ---------------------------------------------------------------- game 2: proposer vs solver
 
 
+def proposed_task(task_id: str, expression: str, evaluated: Evaluated) -> ReasoningTask:
+    """A proposed expression as the problem the solver is asked."""
+    return ReasoningTask(
+        task_id=task_id, question=f"What is {expression}?", answer=evaluated.value, family="proposed"
+    )
+
+
 async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, group: int = 0) -> Episode:
     """The proposer writes a problem after the example ``seed``; the solver attempts it K times."""
     episode = Episode(task_id=seed.task_id, group=group)
@@ -246,12 +253,7 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
     problem: ReasoningTask | None = None
     if evaluated is not None:
         assert expression is not None
-        problem = ReasoningTask(
-            task_id=f"{seed.task_id}-proposed-{group}",
-            question=f"What is {expression}?",
-            answer=evaluated.value,
-            family="proposed",
-        )
+        problem = proposed_task(f"{seed.task_id}-proposed-{group}", expression, evaluated)
         prompt = debate_prompt(SOLVER, cfg.solver_sop, problem, [])
         anchor_prompt = debate_prompt(SOLVER, cfg.solver_sop, seed, [])
         anchored = cfg.anchor_samples if seed.answer is not None else 0
@@ -313,6 +315,23 @@ async def solve_alone(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, grou
         "label": str(task.answer),
     }
     return episode
+
+
+def proposals(episodes: list[Episode], cfg: SelfPlayConfig) -> list[ReasoningTask]:
+    """The valid problems the proposer wrote in ``episodes`` (proposer_solver), as tasks to solve again."""
+    tasks = []
+    for e in episodes:
+        if e.verifier.get("game") == "proposer_solver" and e.verifier.get("valid"):
+            expression = str(e.verifier["expression"])
+            evaluated = evaluate_expression(
+                expression,
+                max_chars=cfg.max_chars,
+                max_operations=cfg.max_operations,
+                max_operand=cfg.max_operand,
+                max_value=cfg.max_value,
+            )
+            tasks.append(proposed_task(f"{e.task_id}-proposed-{e.group}", expression, evaluated))
+    return tasks
 
 
 def difficulty(evaluated: Evaluated) -> dict[str, int]:
