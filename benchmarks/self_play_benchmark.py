@@ -4,8 +4,10 @@ difficulty during training.
 For every seed: train ``examples/self_play_proposer_solver.yaml`` with ``run.eval_every`` set, so that
 every few RL iterations an evaluation measures the solver alone on the suite's **fixed** held-out
 problems (``eval/selfplay/solver_heldout_accuracy``) and the difficulty of the proposer's problems
+in the solver's own terms (``eval/selfplay/reference_solver_rate``: the solver as it started attempts
+each valid proposal; its failure rate is the difficulty the verdict goes by) and by proxies
 (``eval/selfplay/difficulty/...``: operations, largest operand, depth, answer digits, means over the
-valid proposals). Prints both curves (mean and sample std over seeds at each evaluated step), says
+valid proposals). Prints the curves (mean and sample std over seeds at each evaluated step), says
 whether the solver's held-out accuracy rose while the difficulty rose, and writes
 ``<results-dir>/self_play_benchmark.json`` and ``<results-dir>/self_play_benchmark.png``.
 
@@ -92,6 +94,16 @@ def change(curve: dict[int, float]) -> float | None:
     return curve[max(curve)] - curve[min(curve)]
 
 
+def change_during(curve: dict[int, float]) -> float | None:
+    """The mean of the evaluations after the first, minus the first (None with fewer than two points):
+    where the curve sat during training, less noisy than its last point alone."""
+    if len(curve) < 2:
+        return None
+    first = min(curve)
+    later = [v for step, v in curve.items() if step != first]
+    return sum(later) / len(later) - curve[first]
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per curve: mean and spread over seeds at each step shared by every run, and the change from the
     first evaluation (after SFT) to the last, per seed and as mean +- std."""
@@ -102,11 +114,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         steps, means, stds = _mean_curve(per_run)
         changes = [change(c) for c in per_run]
+        during = [change_during(c) for c in per_run]
         out[name] = {
             "steps": steps,
             "mean": means,
             "std": stds if len(runs) > 1 else None,
             "change_per_seed": changes,
+            "during_per_seed": during,
+            "during": lg.mean_std([c for c in during if c is not None])
+            if any(c is not None for c in during)
+            else None,
             "change": lg.mean_std([c for c in changes if c is not None])
             if any(c is not None for c in changes)
             else None,
@@ -133,6 +150,10 @@ def verdict(runs: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, An
         (a or 0.0) > 0 and (o or 0.0) > 0
         for a, o in zip(acc["change_per_seed"], ops["change_per_seed"], strict=True)
     )
+    above = sum(  # both sat above their start during training (mean of the later evaluations)
+        (a or 0.0) > 0 and (o or 0.0) > 0
+        for a, o in zip(acc["during_per_seed"], ops["during_per_seed"], strict=True)
+    )
     acc_up, ops_up = acc["change"]["mean"] > 0, ops["change"]["mean"] > 0
     proxies = {  # every difficulty proxy measured: does its mean over seeds rise?
         d: summary[f"difficulty/{d}"]["change"]["mean"] > 0
@@ -146,6 +167,7 @@ def verdict(runs: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, An
         "difficulty_rises": ops_up,
         "both_rise": acc_up and ops_up,
         "seeds_both_rise": both,
+        "seeds_both_above_start": above,
         "seeds": len(runs),
         "proxies_rise": proxies,
     }
@@ -195,6 +217,12 @@ def format_report(runs: list[dict[str, Any]], summary: dict[str, Any], v: dict[s
             f"({v['difficulty_by']}) rises: {yes[v['difficulty_rises']]}; "
             f"both on average: {yes[v['both_rise']]}; "
             f"both on {v['seeds_both_rise']}/{v['seeds']} seed(s)"
+        )
+        acc, diff = summary["heldout_accuracy"], summary[f"difficulty/{v['difficulty_by']}"]
+        lines.append(
+            f"mean of the later evaluations minus the first: fixed set {lg._pm(acc['during'])}, "
+            f"{v['difficulty_by']} {lg._pm(diff['during'])}; both above their start on "
+            f"{v['seeds_both_above_start']}/{v['seeds']} seed(s)"
         )
         rises = ", ".join(f"{d} {yes[up]}" for d, up in v["proxies_rise"].items())
         lines.append(f"each difficulty proxy rises (mean over seeds): {rises}")

@@ -66,6 +66,7 @@ def test_curves_mean_spread_and_change(script, tmp_path):
         "difficulty_rises": True,
         "both_rise": True,
         "seeds_both_rise": 2,
+        "seeds_both_above_start": 1,  # seed 1's operations sat below 1.5 on average: (1.2 + 1.7) / 2
         "seeds": 2,
         "proxies_rise": {"operations": True},
     }
@@ -145,6 +146,9 @@ def test_with_the_starting_solvers_rate_the_verdict_goes_by_its_failures(script,
     v = script.verdict(runs, summary)
     assert v["difficulty_by"] == "reference_failure" and v["difficulty_rises"] and v["seeds_both_rise"] == 1
     assert v["proxies_rise"] == {"operations": False, "reference_failure": True}
+    # seed 1 ends harder nowhere but its last point: mean of later points 0.475 vs 0.5 at the start
+    assert summary["difficulty/reference_failure"]["during_per_seed"] == pytest.approx([0.15, -0.025])
+    assert v["seeds_both_above_start"] == 1
     res = tmp_path / "res"
     assert script.main(["--collect", str(batch), "--results-dir", str(res)]) == 0
     assert "proposals' difficulty (reference_failure) rises: yes" in capsys.readouterr().out
