@@ -351,19 +351,24 @@ def compare(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "after_lowest_operations": lg.mean_std([t["operations"] for t in tail]) if tail else None,
             "seeds_both_rise": sum(p["accuracy"] > 0 and p[by] > 0 for p in per_seed),
             "per_seed": per_seed,
-            "summary": {k: result["summary"][k] for k in ("heldout_accuracy", "difficulty/operations")},
+            "summary": {
+                k: result["summary"][k]
+                for k in ("heldout_accuracy", f"difficulty/{REFERENCE}", "difficulty/operations")
+                if k in result["summary"]
+            },
         }
     return out
 
 
 def format_compare(table: dict[str, Any]) -> str:
+    w = max([28, *(len(label) + 2 for label in table)])
     lines = [
-        f"{'variant':<28}{'fixed set first':>18}{'fixed set change':>22}{'operations change':>22}"
+        f"{'variant':<{w}}{'fixed set first':>18}{'fixed set change':>22}{'operations change':>22}"
         f"{'both rise':>11}",
     ]
     for label, row in table.items():
         lines.append(
-            f"{label:<28}{_cell(row['accuracy_first']['mean'], row['accuracy_first']['std']):>18}"
+            f"{label:<{w}}{_cell(row['accuracy_first']['mean'], row['accuracy_first']['std']):>18}"
             f"{lg._pm(row['accuracy_change']):>22}{lg._pm(row['operations_change']):>22}"
             f"{row['seeds_both_rise']:>6}/{len(row['per_seed'])}"
         )
@@ -384,8 +389,8 @@ def format_compare(table: dict[str, Any]) -> str:
 
 
 def plot_compare(table: dict[str, Any], path: Path) -> None:
-    """Fixed-set accuracy and operations per proposal over training, one colour per variant (mean over
-    seeds, band of one sample std)."""
+    """Fixed-set accuracy, the starting solver's failures on the proposals (variants that measured it) and
+    operations per proposal over training, one colour per variant (mean over seeds, band of one std)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -393,13 +398,17 @@ def plot_compare(table: dict[str, Any], path: Path) -> None:
 
     panels = [
         ("heldout_accuracy", "solver, fixed held-out accuracy"),
+        (f"difficulty/{REFERENCE}", "proposals: starting solver fails"),
         ("difficulty/operations", "proposals: operations"),
     ]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.9))
+    panels = [p for p in panels if any(p[0] in row["summary"] for row in table.values())]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.9))
     colors = plt.get_cmap("tab10").colors  # every variant drawn: colours cycle past ten
     for ax, (name, title) in zip(axes, panels, strict=True):
         for k, (label, row) in enumerate(table.items()):
             color = colors[k % len(colors)]
+            if name not in row["summary"]:
+                continue
             s = row["summary"][name]
             std = s["std"] or [0.0] * len(s["mean"])
             ax.plot(s["steps"], s["mean"], marker="o", ms=3, color=color, label=label)

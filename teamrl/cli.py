@@ -29,6 +29,7 @@ _SELF_PLAY_HEADLINES = {
     "proposer_solver": [
         ("valid", "eval/selfplay/valid_rate"),
         ("solve rate", "eval/selfplay/solver_rate"),
+        ("start solves", "eval/selfplay/reference_solver_rate"),  # the solver before RL, same problems
         ("ops", "eval/selfplay/difficulty/operations"),
         ("max num", "eval/selfplay/difficulty/max_operand"),
         ("fixed-set acc", "eval/selfplay/solver_heldout_accuracy"),

@@ -158,3 +158,11 @@ def test_with_the_starting_solvers_rate_the_verdict_goes_by_its_failures(script,
     fake_run(tmp_path / "old" / "proposer_solver_s0", [0.3, 0.4], [1.0, 2.0])  # measured before it existed
     mixed = script.collect(tmp_path / "old") + runs
     assert script.verdict(mixed, script.summarize(mixed))["difficulty_by"] == "operations"
+    assert script.main(["--collect", str(tmp_path / "old"), "--results-dir", str(tmp_path / "res_old")]) == 0
+    out = tmp_path / "cmp"
+    new, old = res / "self_play_benchmark.json", tmp_path / "res_old" / "self_play_benchmark.json"
+    assert script.main(["compare", f"ref={new}", f"old={old}", "--out", str(out)]) == 0
+    table = json.loads(out.with_suffix(".json").read_text())["variants"]
+    assert "difficulty/reference_failure" in table["ref"]["summary"]  # drawn for ref alone
+    assert table["old"]["difficulty_by"] == "operations" and table["old"]["reference_failure_change"] is None
+    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
