@@ -218,6 +218,17 @@ async def generator_judge(team: Team, task: ReasoningTask, cfg: SelfPlayConfig, 
 # ---------------------------------------------------------------- game 2: proposer vs solver
 
 
+def evaluate_proposal(expression: str, cfg: SelfPlayConfig) -> Evaluated:
+    """:func:`evaluate_expression` within the game's limits (``max_chars``, ``max_operations``, ...)."""
+    return evaluate_expression(
+        expression,
+        max_chars=cfg.max_chars,
+        max_operations=cfg.max_operations,
+        max_operand=cfg.max_operand,
+        max_value=cfg.max_value,
+    )
+
+
 def proposed_task(task_id: str, expression: str, evaluated: Evaluated) -> ReasoningTask:
     """A proposed expression as the problem the solver is asked."""
     return ReasoningTask(
@@ -237,13 +248,7 @@ async def proposer_solver(team: Team, seed: ReasoningTask, cfg: SelfPlayConfig, 
         proposed.error = f"{PROPOSER}: no problem; write 'PROBLEM: <expression>'"
     elif expression is not None:
         try:
-            evaluated = evaluate_expression(
-                expression,
-                max_chars=cfg.max_chars,
-                max_operations=cfg.max_operations,
-                max_operand=cfg.max_operand,
-                max_value=cfg.max_value,
-            )
+            evaluated = evaluate_proposal(expression, cfg)
         except UnsafeExpression as exc:
             proposed.error = f"{PROPOSER}: invalid problem {expression[:60]!r}: {exc}"
 
@@ -323,13 +328,7 @@ def proposals(episodes: list[Episode], cfg: SelfPlayConfig) -> list[ReasoningTas
     for e in episodes:
         if e.verifier.get("game") == "proposer_solver" and e.verifier.get("valid"):
             expression = str(e.verifier["expression"])
-            evaluated = evaluate_expression(
-                expression,
-                max_chars=cfg.max_chars,
-                max_operations=cfg.max_operations,
-                max_operand=cfg.max_operand,
-                max_value=cfg.max_value,
-            )
+            evaluated = evaluate_proposal(expression, cfg)
             tasks.append(proposed_task(f"{e.task_id}-proposed-{e.group}", expression, evaluated))
     return tasks
 
