@@ -492,7 +492,9 @@ def test_the_starting_solver_attempts_each_valid_proposal_of_an_evaluation() -> 
         return "<answer>ANSWER: 4</answer>" if "2 + 2" in req.prompt else "<answer>ANSWER: 42</answer>"
 
     cfg = load_config(None, OVERRIDES)
-    engine = Engine({"p": ScriptedPolicy(respond)})
+    policy = ScriptedPolicy(respond)
+    policy.adapter_names = ["proposer", "solver", "ref_solver"]  # as an HF policy holds them
+    engine = Engine({"p": policy})
     team = Team({role: Seat(policy="p", adapter=role) for role in cfg.workflow.order}, engine)
     episodes = [_proposal("6 * 7"), _proposal("2 + 2", 1), _proposal(None, 2), _proposal("6*7", 3)]
     got = reference_solver_evaluation(cfg, team, engine, episodes)
@@ -507,4 +509,6 @@ def test_the_starting_solver_attempts_each_valid_proposal_of_an_evaluation() -> 
     no_adapter = Team({role: Seat(policy="p") for role in cfg.workflow.order}, engine)
     assert reference_solver_evaluation(cfg, no_adapter, engine, episodes) == {}  # no snapshot to ask
     assert reference_solver_evaluation(cfg, team, engine, [_proposal(None)]) == {}  # nothing valid
+    policy.adapter_names = ["proposer", "solver"]  # a run stopped before the snapshot was made
+    assert reference_solver_evaluation(cfg, team, engine, episodes) == {}
     assert len(asked) == 3 * k

@@ -209,12 +209,15 @@ def reference_solver_evaluation(
     (its snapshot before RL, ``ref_solver``) attempts each valid proposal of the evaluation's ``episodes``
     that many times. Its success rate, ``eval/selfplay/reference_solver_rate``, is the proposals'
     difficulty for a solver that does not learn: unlike ``solver_rate`` it falls only when the proposer's
-    problems get harder. Every other case: nothing."""
+    problems get harder. Every other case (no snapshot yet: a run stopped before it was made): nothing."""
     wf = cfg.workflow
     if not isinstance(wf, SelfPlayConfig) or wf.game != "proposer_solver" or not wf.reference_samples:
         return {}
     seat = team.seats.get(SOLVER)
     if seat is None or seat.adapter is None or seat.script is not None:
+        return {}
+    policy = engine.policies.get(seat.policy)
+    if ref_adapter(SOLVER) not in getattr(policy, "adapter_names", ()):  # no snapshot yet, or no weights here
         return {}
     tasks = proposals(episodes, wf)
     if not tasks:
