@@ -21,24 +21,24 @@ def _run_dir(cfg: Config) -> Path:
 
 _SELF_PLAY_HEADLINES = {
     "generator_judge": [
-        ("gen acc", "eval/selfplay/generator_accuracy"),
-        ("judge acc", "eval/selfplay/judge_accuracy"),
-        ("accepts ok", "eval/selfplay/judge_accepts_correct"),
-        ("rejects wrong", "eval/selfplay/judge_rejects_wrong"),
+        ("generator accuracy", "eval/selfplay/generator_accuracy"),
+        ("judge accuracy", "eval/selfplay/judge_accuracy"),
+        ("judge accepts right answers", "eval/selfplay/judge_accepts_correct"),
+        ("judge rejects wrong answers", "eval/selfplay/judge_rejects_wrong"),
     ],
     "proposer_solver": [
-        ("valid", "eval/selfplay/valid_rate"),
-        ("solve rate", "eval/selfplay/solver_rate"),
-        ("start solves", "eval/selfplay/reference_solver_rate"),  # the solver before RL, same problems
-        ("ops", "eval/selfplay/difficulty/operations"),
-        ("max num", "eval/selfplay/difficulty/max_operand"),
-        ("fixed-set acc", "eval/selfplay/solver_heldout_accuracy"),
+        ("valid proposals", "eval/selfplay/valid_rate"),
+        ("solver on the proposals", "eval/selfplay/solver_rate"),
+        ("starting solver on them", "eval/selfplay/reference_solver_rate"),  # the solver before RL
+        ("operations per proposal", "eval/selfplay/difficulty/operations"),
+        ("largest number", "eval/selfplay/difficulty/max_operand"),
+        ("solver, fixed held-out set", "eval/selfplay/solver_heldout_accuracy"),
     ],
 }
 
 
 def _headline(cfg: Config) -> list[tuple[str, str]]:
-    """The held-out table's leading (column, metric) pairs: a debate's outcome is its accuracy, a
+    """The held-out table's leading (row, metric) pairs: a debate's outcome is its accuracy, a
     self-play game's are its own figures (teamrl.workflows.self_play.self_play_metrics)."""
     if isinstance(cfg.workflow, DebateConfig):
         return [("accuracy", "eval/solved")]
@@ -51,18 +51,22 @@ def _result_table(summary: dict[str, Any], cfg: Config) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    headline, roles = _headline(cfg), cfg.workflow.order
-    table = Table(title="held-out evaluation")
-    table.add_column("checkpoint")
-    for column, _ in headline:
-        table.add_column(column, justify="right")
-    for role in roles:
-        table.add_column(f"r:{role}", justify="right")
-    for ev in summary["evals"]:
-        if ev["label"] not in ("after_sft", "after_rl", "eval"):
-            continue
-        cells = [ev["label"], *(f"{ev.get(key, float('nan')):.3f}" for _, key in headline)]
-        cells += [f"{ev.get(f'eval/reward/{r}', float('nan')):.3f}" for r in roles]
+    rows = [*_headline(cfg), *((f"reward: {r}", f"eval/reward/{r}") for r in cfg.workflow.order)]
+    evals = [ev for ev in summary["evals"] if ev["label"] in ("after_sft", "after_rl", "eval")]
+    change = len(evals) == 2  # after SFT and after RL: their difference too
+    table = Table(title="held-out evaluation")  # a row per figure: narrow terminals keep every name
+    table.add_column("figure")
+    for ev in evals:
+        table.add_column(ev["label"], justify="right")
+    if change:
+        table.add_column("change", justify="right")
+    for name, key in rows:
+        values = [ev.get(key) for ev in evals]
+        if all(v is None for v in values):
+            continue  # not measured in this run (the starting solver without its snapshot, say)
+        cells = [name, *("-" if v is None else f"{v:.3f}" for v in values)]
+        if change:
+            cells.append("-" if None in values else f"{values[1] - values[0]:+.3f}")
         table.add_row(*cells)
     console = Console()
     console.print(table)

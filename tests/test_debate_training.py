@@ -157,7 +157,7 @@ def test_a_tiny_debate_run_trains_only_the_phase_role_and_evaluates(tiny_cfg, tm
 
     assert cli_main(["eval", str(run), "--n", "2"]) == 0
     out = capsys.readouterr().out
-    assert "accuracy" in out and "r:judge" in out and "pass fraction" not in out
+    assert "accuracy" in out and "reward: judge" in out and "pass fraction" not in out
     rows = (run / "episodes" / "eval_eval.jsonl").read_text().splitlines()
     assert len(rows) == 2 * tiny_cfg.run.eval_samples
 

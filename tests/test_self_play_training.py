@@ -267,7 +267,7 @@ def test_a_tiny_generator_judge_run_trains_each_role_in_its_phase_and_evaluates(
 
     assert cli_main(["eval", str(run), "--n", "2"]) == 0
     out = capsys.readouterr().out
-    assert "judge acc" in out and "r:judge" in out and "pass fraction" not in out
+    assert "judge accuracy" in out and "reward: judge" in out and "pass fraction" not in out
 
 
 def test_a_tiny_proposer_solver_run_logs_difficulty_and_the_fixed_set_accuracy(cache, tmp_path, monkeypatch):
