@@ -505,3 +505,22 @@ def test_cli_serve_on_a_busy_port_is_a_one_line_error(team_run, tmp_path, capsys
             ["report", str(team_run), "--serve", "--port", str(port), "--out", str(tmp_path / "o")]
         )
     assert code == 2 and f"port {port} is in use" in capsys.readouterr().err
+
+
+def test_a_self_play_run_gets_its_game_figure(tmp_path):
+    """Held-out shares of the game over training and the training proposals' difficulty: drawn only
+    when the run logged them (the pipeline run above has no such figure)."""
+    run_dir = make_team_run(tmp_path / "runs" / "SP", iterations=2)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        if "eval/solved" in r:
+            r["eval/selfplay/solver_heldout_accuracy"] = 0.3 + 0.01 * r["step"]
+            r["eval/selfplay/reference_solver_rate"] = 0.7 - 0.01 * r["step"]
+        if "phase" in r:
+            r["rollout/selfplay/difficulty/operations"] = 1.5 + 0.1 * r["step"]
+            r["rollout/selfplay/difficulty/max_operand"] = 8.0 + r["step"]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "report"
+    result = write_report([run_dir], out)
+    assert result.warnings == [] and _figures(out) == TEAM_FIGURES | {"selfplay"}
+    assert ">Self-play<" in result.index.read_text()

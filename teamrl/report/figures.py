@@ -147,6 +147,62 @@ def team_success(run: Run) -> bytes | None:
     return _png(fig)
 
 
+# a self-play game's held-out figures (teamrl.workflows.self_play.self_play_metrics), as drawn
+SELF_PLAY_SHARES = (
+    ("eval/selfplay/solver_heldout_accuracy", "solver, fixed held-out set"),
+    ("eval/selfplay/solver_rate", "solver on the proposals"),
+    ("eval/selfplay/reference_solver_rate", "starting solver on the proposals"),
+    ("eval/selfplay/valid_rate", "valid proposals"),
+    ("eval/selfplay/generator_accuracy", "generator accuracy"),
+    ("eval/selfplay/judge_accuracy", "judge accuracy"),
+    ("eval/selfplay/judge_accepts_correct", "judge accepts right answers"),
+    ("eval/selfplay/judge_rejects_wrong", "judge rejects wrong answers"),
+)
+SELF_PLAY_DIFFICULTY = (
+    ("rollout/selfplay/difficulty/operations", "operations per proposal"),
+    ("rollout/selfplay/difficulty/max_operand", "largest number"),
+)
+
+
+def team_self_play(run: Run) -> bytes | None:
+    """A self-play game's held-out shares over training (left) and, for proposer_solver, the training
+    proposals' difficulty proxies (right); None for other workflows."""
+    shares = [(k, label) for k, label in SELF_PLAY_SHARES if any(k in e.metrics for e in run.evals)]
+    difficulty = [(k, label) for k, label in SELF_PLAY_DIFFICULTY if has(run.rl_rows, k)]
+    if not shares and not difficulty:
+        return None
+    panels = int(bool(shares)) + int(bool(difficulty))
+    fig, axes = _figure(width=5.5 * panels if panels > 1 else 6.4, ncols=panels)
+    if shares:
+        ax = axes[0]
+        _shade_phases(ax, run)
+        for i, (key, label) in enumerate(shares):
+            pts = [(e.step, e.metrics[key]) for e in run.evals if key in e.metrics]
+            color = PALETTE[i % len(PALETTE)]
+            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4, color=color, label=label)
+        ax.set_xlabel("RL iteration (held-out evaluations)")
+        ax.set_ylabel("share")
+        ax.set_ylim(-0.02, 1.05)
+        _legend(ax)
+    if difficulty:
+        ax = axes[-1]
+        _shade_phases(ax, run)
+        xs, ys = series(run.rl_rows, difficulty[0][0])
+        _noisy_line(ax, xs, ys, PALETTE[0], difficulty[0][1])
+        ax.set_ylabel(difficulty[0][1])
+        if len(difficulty) > 1:  # the largest number on its own scale
+            twin = ax.twinx()
+            xs, ys = series(run.rl_rows, difficulty[1][0])
+            _noisy_line(twin, xs, ys, PALETTE[1], difficulty[1][1])
+            twin.set_ylabel(difficulty[1][1])
+            twin.spines[["top"]].set_visible(False)
+            lines = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+            labels = ax.get_legend_handles_labels()[1] + twin.get_legend_handles_labels()[1]
+            ax.legend(lines, labels, fontsize=7, loc="best", framealpha=0.8)
+        ax.set_xlabel("RL iteration (training proposals)")
+    return _png(fig)
+
+
 def team_rewards(run: Run) -> bytes | None:
     rl = run.rl_rows
     roles = [

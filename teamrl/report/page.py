@@ -89,6 +89,12 @@ def team_charts(run: Run) -> list[Chart]:
                 lambda: F.team_success(run),
             ),
             ("reward", "Per-role reward", "hybrid reward of each role", lambda: F.team_rewards(run)),
+            (
+                "selfplay",
+                "Self-play",
+                "the game's held-out figures; proposer_solver: the training proposals' difficulty",
+                lambda: F.team_self_play(run),
+            ),
             ("kl", "KL", "each trained role's KL to its SFT snapshot", lambda: F.team_kl(run)),
             ("loss", "Policy loss", "clipped-surrogate loss of each trained role", lambda: F.team_loss(run)),
             ("throughput", "Tokens / s", "rollout generation throughput", lambda: F.team_throughput(run)),
