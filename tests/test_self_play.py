@@ -512,3 +512,34 @@ def test_the_starting_solver_attempts_each_valid_proposal_of_an_evaluation() -> 
     policy.adapter_names = ["proposer", "solver"]  # a run stopped before the snapshot was made
     assert reference_solver_evaluation(cfg, team, engine, episodes) == {}
     assert len(asked) == 3 * k
+
+
+def test_a_problem_is_asked_with_the_same_seeds_in_every_evaluation() -> None:
+    """Seeded sampling: attempt g at a problem draws from seeds of (run.seed, the problem, g), whatever
+    else the evaluation holds and in whatever order, so a frozen proposer's problems score the same."""
+    seeds: list[tuple[str, int | None]] = []
+
+    def respond(req) -> str:
+        seeds.append((req.prompt.split("What is ")[1].split("?")[0], req.seed))
+        return "<answer>ANSWER: 42</answer>"
+
+    policy = ScriptedPolicy(respond)
+    policy.adapter_names = ["proposer", "solver", "ref_solver"]
+    engine = Engine({"p": policy})
+    cfg = load_config(None, OVERRIDES)
+    team = Team({role: Seat(policy="p", adapter=role) for role in cfg.workflow.order}, engine)
+    reference_solver_evaluation(cfg, team, engine, [_proposal("6 * 7"), _proposal("2 + 2", 1)])
+    first = sorted(seeds)
+    seeds.clear()
+    reordered = [_proposal("9 - 1"), _proposal("2 + 2"), _proposal("6 * 7")]
+    reference_solver_evaluation(cfg, team, engine, reordered)
+    again = sorted(s for s in seeds if s[0] != "9 - 1")
+    assert again == first and len({s for _, s in first}) == 4  # 2 problems x 2 attempts, all distinct
+    other = load_config(None, [*OVERRIDES, "run.seed=1"])
+    seeds.clear()
+    reference_solver_evaluation(other, team, engine, [_proposal("6 * 7"), _proposal("2 + 2", 1)])
+    assert not {s for _, s in seeds} & {s for _, s in first}  # another run, other noise
+    seeds.clear()
+    unseeded = load_config(None, [*OVERRIDES, "run.seeded_sampling=false"])
+    reference_solver_evaluation(unseeded, team, engine, [_proposal("6 * 7")])
+    assert [s for _, s in seeds] == [None, None]

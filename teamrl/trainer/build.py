@@ -186,6 +186,25 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     return pairs
 
 
+def solve_alone_factories(
+    cfg: Config, team: Team, tasks: list[ReasoningTask], samples: int, seed_key: str
+) -> list[Callable[[], Awaitable[Episode]]]:
+    """The solver alone on each of ``tasks``, ``samples`` times, for ``Engine.run``; with
+    ``run.seeded_sampling`` attempt ``g`` at a problem samples from seeds of (``run.seed``, ``seed_key``,
+    the question, ``g``), so every evaluation asks a problem with the same noise and two evaluations
+    differ only where the solver (or the problem) did."""
+    wf = cfg.workflow
+    assert isinstance(wf, SelfPlayConfig)
+    rollout = derive_seed(cfg.run.seed, seed_key)
+    seeding = cfg.run.seeded_sampling
+
+    def factory(task: ReasoningTask, g: int) -> Callable[[], Awaitable[Episode]]:
+        seeds = EpisodeSeeds(rollout, derive_seed(rollout, task.question, g)) if seeding else None
+        return lambda: seeded(solve_alone(team, task, wf, group=g), seeds)
+
+    return [factory(t, g) for t in tasks for g in range(samples)]
+
+
 def solver_heldout_evaluation(
     cfg: Config, team: Team, engine: Engine, tasks: list[Task], samples: int
 ) -> tuple[dict[str, float], list[Episode]]:
@@ -196,9 +215,7 @@ def solver_heldout_evaluation(
     if not isinstance(wf, SelfPlayConfig) or wf.game != "proposer_solver":
         return {}, []
     known = [t for t in tasks if isinstance(t, ReasoningTask) and t.answer is not None]
-    episodes = engine.run(
-        [lambda t=t, g=g: solve_alone(team, t, wf, group=g) for t in known for g in range(samples)]
-    )
+    episodes = engine.run(solve_alone_factories(cfg, team, known, samples, "eval-solver"))
     return self_play_metrics(episodes, prefix="eval/"), episodes
 
 
@@ -223,8 +240,7 @@ def reference_solver_evaluation(
     if not tasks:
         return {}
     with team.seated({SOLVER: dataclasses.replace(seat, adapter=ref_adapter(SOLVER))}):
-        k = range(wf.reference_samples)
-        solved = engine.run([lambda t=t, g=g: solve_alone(team, t, wf, group=g) for t in tasks for g in k])
+        solved = engine.run(solve_alone_factories(cfg, team, tasks, wf.reference_samples, "eval-reference"))
     flags = [bool(e.verifier["correct"]) for e in solved]
     return {"eval/selfplay/reference_solver_rate": sum(flags) / len(flags)}
 
