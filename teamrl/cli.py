@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from teamrl.config import Config, ConfigError, DebateConfig, SelfPlayConfig, load_config
+from teamrl.workflows.self_play import HELD_OUT_FIGURES
 
 
 def _run_dir(cfg: Config) -> Path:
@@ -19,31 +20,13 @@ def _run_dir(cfg: Config) -> Path:
     return Path(cfg.run.out_dir) / name
 
 
-_SELF_PLAY_HEADLINES = {
-    "generator_judge": [
-        ("generator accuracy", "eval/selfplay/generator_accuracy"),
-        ("judge accuracy", "eval/selfplay/judge_accuracy"),
-        ("judge accepts right answers", "eval/selfplay/judge_accepts_correct"),
-        ("judge rejects wrong answers", "eval/selfplay/judge_rejects_wrong"),
-    ],
-    "proposer_solver": [
-        ("valid proposals", "eval/selfplay/valid_rate"),
-        ("solver on the proposals", "eval/selfplay/solver_rate"),
-        ("starting solver on them", "eval/selfplay/reference_solver_rate"),  # the solver before RL
-        ("operations per proposal", "eval/selfplay/difficulty/operations"),
-        ("largest number", "eval/selfplay/difficulty/max_operand"),
-        ("solver, fixed held-out set", "eval/selfplay/solver_heldout_accuracy"),
-    ],
-}
-
-
 def _headline(cfg: Config) -> list[tuple[str, str]]:
     """The held-out table's leading (row, metric) pairs: a debate's outcome is its accuracy, a
     self-play game's are its own figures (teamrl.workflows.self_play.self_play_metrics)."""
     if isinstance(cfg.workflow, DebateConfig):
         return [("accuracy", "eval/solved")]
     if isinstance(cfg.workflow, SelfPlayConfig):
-        return _SELF_PLAY_HEADLINES[cfg.workflow.game]
+        return HELD_OUT_FIGURES[cfg.workflow.game]
     return [("success", "eval/solved"), ("pass fraction", "eval/outcome")]
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from teamrl.report.load import EvalPoint, Run
+from teamrl.workflows.self_play import HELD_OUT_FIGURES
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 PHASE_SHADES = ["#f3f6fb", "#fdf6ec"]
@@ -147,17 +148,13 @@ def team_success(run: Run) -> bytes | None:
     return _png(fig)
 
 
-# a self-play game's held-out figures (teamrl.workflows.self_play.self_play_metrics), as drawn
-SELF_PLAY_SHARES = (
-    ("eval/selfplay/solver_heldout_accuracy", "solver, fixed held-out set"),
-    ("eval/selfplay/solver_rate", "solver on the proposals"),
-    ("eval/selfplay/reference_solver_rate", "starting solver on the proposals"),
-    ("eval/selfplay/valid_rate", "valid proposals"),
-    ("eval/selfplay/generator_accuracy", "generator accuracy"),
-    ("eval/selfplay/judge_accuracy", "judge accuracy"),
-    ("eval/selfplay/judge_accepts_correct", "judge accepts right answers"),
-    ("eval/selfplay/judge_rejects_wrong", "judge rejects wrong answers"),
-)
+# a self-play game's held-out shares (its held-out figures but the difficulty proxies), as drawn
+SELF_PLAY_SHARES = [
+    (key, label)
+    for figures in HELD_OUT_FIGURES.values()
+    for label, key in figures
+    if not key.startswith("eval/selfplay/difficulty/")
+]
 SELF_PLAY_DIFFICULTY = (
     ("rollout/selfplay/difficulty/operations", "operations per proposal"),
     ("rollout/selfplay/difficulty/max_operand", "largest number"),

@@ -430,6 +430,25 @@ def apply_repetition_penalty(episodes: list[Episode], cfg: SelfPlayConfig) -> No
 
 DIFFICULTY_KEYS = ("operations", "max_operand", "depth", "answer_digits")
 
+# each game's held-out figures as people read them, (label, metric): the rows of the held-out table that
+# `teamrl train` and `teamrl eval` print, and the lines of the report's self-play chart
+HELD_OUT_FIGURES = {
+    "generator_judge": [
+        ("generator accuracy", "eval/selfplay/generator_accuracy"),
+        ("judge accuracy", "eval/selfplay/judge_accuracy"),
+        ("judge accepts right answers", "eval/selfplay/judge_accepts_correct"),
+        ("judge rejects wrong answers", "eval/selfplay/judge_rejects_wrong"),
+    ],
+    "proposer_solver": [
+        ("valid proposals", "eval/selfplay/valid_rate"),
+        ("solver on the proposals", "eval/selfplay/solver_rate"),
+        ("starting solver on them", "eval/selfplay/reference_solver_rate"),  # the solver before RL
+        ("operations per proposal", "eval/selfplay/difficulty/operations"),
+        ("largest number", "eval/selfplay/difficulty/max_operand"),
+        ("solver, fixed held-out set", "eval/selfplay/solver_heldout_accuracy"),
+    ],
+}
+
 
 def self_play_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
     """Each game's own figures over ``episodes`` (episodes of other workflows add none), keyed
