@@ -59,6 +59,47 @@ def test_group_advantages_validation():
         group_relative_advantages(t([1, float("nan")]), [0, 0])
 
 
+@pytest.mark.parametrize("value", [0.7, 0.2])
+def test_group_advantages_of_equal_float32_rewards_are_exactly_zero(value):
+    # float32 statistics used to round the mean and give all eight +0.056 (0.7) or -0.0147 (0.2)
+    for scale in ("std", "none"):
+        adv = group_relative_advantages(torch.full((8,), value), [0] * 8, scale=scale)
+        assert adv.dtype == torch.float32
+        assert adv.tolist() == [0.0] * 8
+
+
+def test_group_advantages_are_exactly_zero_for_any_equal_group():
+    gen = torch.Generator().manual_seed(0)
+    for size in range(1, 33):
+        values = (torch.rand(50, generator=gen, dtype=F64) - 0.5) * 10.0 ** torch.randint(-3, 4, (50,))
+        for dtype in (torch.float32, F64):
+            # 50 equal groups of `size`, interleaved with one group whose rewards differ
+            rewards = values.repeat_interleave(size).to(dtype)
+            ids = torch.arange(50).repeat_interleave(size)
+            rewards = torch.cat([rewards, t([0.0, 1.0], dtype)])
+            ids = torch.cat([ids, torch.tensor([99, 99])])
+            for scale in ("std", "none"):
+                adv = group_relative_advantages(rewards, ids, scale=scale)
+                assert adv.dtype == dtype
+                assert (adv[:-2] == 0).all(), (size, dtype, scale)
+                assert (adv[-2:].abs() >= 0.5).all()
+    assert group_relative_advantages(t([0.3, 0.3, 1.0, 0.0]), [0, 0, 1, 1], eps=0.0).tolist()[:2] == [0, 0]
+
+
+def test_group_advantages_of_unequal_groups_match_a_float64_hand_computation():
+    gen = torch.Generator().manual_seed(1)
+    rewards = torch.rand(40, generator=gen)
+    ids = torch.randint(0, 6, (40,), generator=gen)
+    adv = group_relative_advantages(rewards, ids)
+    expected = torch.empty(40, dtype=F64)
+    for g in ids.unique():
+        members = ids == g
+        r = rewards[members].to(F64)
+        expected[members] = (r - r.mean()) / (r.std() + 1e-6)
+    assert adv.dtype == torch.float32
+    torch.testing.assert_close(adv, expected.float(), atol=0, rtol=0)
+
+
 # --- kl_k3 ---------------------------------------------------------------------------------------
 
 
@@ -232,6 +273,13 @@ def test_role_relative_advantages_differ_per_role():
     close(adv["solver"], [-0.707107, 0.707107, 0.707107, -0.707107])
     with pytest.raises(ValueError, match="differing shapes"):
         role_relative_advantages({"planner": t([1.0, 0.0]), "solver": t([0.0, 1.0, 1.0])}, [0, 0])
+
+
+def test_team_and_role_advantages_of_equal_groups_are_exactly_zero():
+    rewards = torch.full((8,), 0.7)
+    assert team_relative_advantages(rewards, [0] * 8).tolist() == [0.0] * 8
+    adv = role_relative_advantages({"planner": rewards, "solver": torch.full((8,), 0.2)}, [0] * 8)
+    assert adv["planner"].tolist() == adv["solver"].tolist() == [0.0] * 8
 
 
 def test_broadcast_validation():

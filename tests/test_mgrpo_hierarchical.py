@@ -57,3 +57,12 @@ def test_subagent_advantages_are_relative_within_each_query():
         subagent_relative_advantages(aligned, ["a", "a", "b"])
     with pytest.raises(ValueError, match="one main-agent reward per rollout"):
         hierarchical_advantages(torch.tensor([1.0]), aligned, ["a"] * 4, max_calls=2)
+
+
+def test_hierarchical_advantages_of_equal_rewards_are_exactly_zero():
+    # float32 rounding in the group mean used to give every member the same small nonzero advantage
+    main, _, sub = hierarchical_advantages(
+        torch.full((8,), 0.7), [torch.full((3,), 0.2)] * 8, ["q"] * 8, max_calls=2
+    )
+    assert main.tolist() == [0.0] * 8
+    assert [a.tolist() for a in sub] == [[0.0, 0.0]] * 8

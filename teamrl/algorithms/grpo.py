@@ -46,16 +46,20 @@ def group_relative_advantages(
     """GRPO advantages: ``(r_i - group mean) / (group std + eps)`` with ``scale="std"``,
     or ``r_i - group mean`` with ``scale="none"``.
 
-    The std is the unbiased one (as TRL's ``torch.std``). A group of size 1 gets advantage 0.
-    rewards: [N] float; group_ids: one id per element (e.g. the task id of each episode). Returns [N].
+    The std is the unbiased one (as TRL's ``torch.std``). A group whose rewards are all equal (a group of
+    size 1 among them) gets exactly 0, so the learner's ``|A| <= 1e-8`` filter drops it: the statistics
+    are computed in float64 and such groups are found by comparing their min and max, since rounding in
+    the mean would otherwise leave every member the same small nonzero advantage.
+    rewards: [N] float; group_ids: one id per element (e.g. the task id of each episode). Returns [N], in
+    the rewards' dtype (at least float32).
     """
     _check_choice("scale", scale, SCALES)
     if rewards.dim() != 1:
         raise ValueError(f"rewards has shape {tuple(rewards.shape)}; expected a 1-D tensor [N]")
     if eps < 0:
         raise ValueError(f"eps={eps} must be >= 0")
-    # Integer rewards are fine as input, but the statistics must be computed in floating point.
-    rewards = rewards.detach().to(torch.promote_types(rewards.dtype, torch.float32))
+    out_dtype = torch.promote_types(rewards.dtype, torch.float32)
+    rewards = rewards.detach().to(torch.float64)
     if not torch.isfinite(rewards).all():
         bad = torch.nonzero(~torch.isfinite(rewards)).flatten().tolist()
         raise ValueError(f"rewards at positions {bad} are not finite; a NaN/inf would poison its whole group")
@@ -65,13 +69,17 @@ def group_relative_advantages(
         0, index, torch.ones_like(rewards)
     )
     sums = torch.zeros_like(counts).index_add_(0, index, rewards)
-    centered = rewards - (sums / counts)[index]
+    lowest = torch.zeros_like(counts).scatter_reduce_(0, index, rewards, "amin", include_self=False)
+    highest = torch.zeros_like(counts).scatter_reduce_(0, index, rewards, "amax", include_self=False)
+    equal = (lowest == highest)[index]
+    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+    centered = torch.where(equal, zero, rewards - (sums / counts)[index])
     if scale == "none":
-        return centered
+        return centered.to(out_dtype)
     sq = torch.zeros_like(counts).index_add_(0, index, centered.square())
-    # clamp keeps size-1 groups finite; their centered value is already 0, so their advantage stays 0.
-    std = (sq / (counts - 1).clamp(min=1)).sqrt()
-    return centered / (std[index] + eps)
+    std = (sq / (counts - 1).clamp(min=1)).sqrt()[index]
+    # where() rather than + eps alone: with eps=0 an equal group would be 0 / 0.
+    return torch.where(equal, zero, centered / (std + eps)).to(out_dtype)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from teamrl.algorithms.grpo import LossOutput
+from teamrl.algorithms.grpo import LossOutput, group_relative_advantages
 
 
 def _check_discount(gamma: float, lam: float) -> None:
@@ -88,15 +88,15 @@ def per_role_gae(
 
 
 def normalize_advantages(advantages: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``(A - mean) / (std + eps)`` over the batch (unbiased std; a single element gets 0)."""
+    """``(A - mean) / (std + eps)`` over the batch (unbiased std), as one group of
+    :func:`~teamrl.algorithms.grpo.group_relative_advantages`: a batch whose values are all equal (a single
+    element among them) gets exactly 0."""
     if advantages.dim() != 1:
         raise ValueError(f"advantages has shape {tuple(advantages.shape)}; expected [N]")
     if advantages.numel() == 0:
         return advantages
-    centered = advantages - advantages.mean()
-    if advantages.numel() == 1:
-        return centered
-    return centered / (advantages.std() + eps)
+    one_group = torch.zeros(advantages.numel(), dtype=torch.long, device=advantages.device)
+    return group_relative_advantages(advantages, one_group, eps=eps)
 
 
 def value_loss(
