@@ -204,10 +204,13 @@ class Learner:
                 num_tokens=total_tokens,
             )
             out.loss.backward()
-            share = weight * out.stats["num_tokens"] / total_tokens
+            # policy_loss is already this chunk's part of the batch's token mean (divided by
+            # total_tokens): the chunks' values add up to it. The other stats are means over the chunk's
+            # own tokens, so they are weighted by its share of the tokens.
+            share = out.stats["num_tokens"] / total_tokens
             for k, v in out.stats.items():
                 if k != "num_tokens":
-                    agg[k] = agg.get(k, 0.0) + v * share
+                    agg[k] = agg.get(k, 0.0) + weight * (v if k == "policy_loss" else v * share)
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.adapter_parameters(role), a.max_grad_norm)
         opt.step()
         agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight

@@ -1,0 +1,127 @@
+"""The learner on a table policy (one logit per token id): which turns it trains on, and what it logs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from teamrl.algorithms import grpo_loss
+from teamrl.config import load_config
+from teamrl.protocol import Episode, Turn
+from teamrl.trainer.learner import Learner
+
+VOCAB = 7
+
+
+class TablePolicy:
+    """Stands in for HFPolicy: log p(token) = log_softmax(logits)[token] whatever the prompt; adapters
+    named ``ref_*`` (the KL reference) read a fixed table."""
+
+    generation_backend = None
+
+    def __init__(self) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.model = torch.nn.Module()
+        self.model.logits = torch.nn.Parameter(torch.randn(VOCAB, generator=gen, dtype=torch.float64))
+        self.ref_logits = torch.randn(VOCAB, generator=gen, dtype=torch.float64)
+
+    def adapter_parameters(self, role: str) -> list[torch.nn.Parameter]:
+        return [self.model.logits]
+
+    def set_trainable(self, roles: list[str]) -> None:
+        pass
+
+    def token_logprobs(self, adapter, prompt_ids, completion_ids, temperature=1.0):
+        logits = self.ref_logits if adapter.startswith("ref_") else self.model.logits
+        table = torch.log_softmax(logits / temperature, dim=-1)
+        width = max(len(c) for c in completion_ids)
+        mask = torch.zeros(len(completion_ids), width)
+        index = torch.zeros(len(completion_ids), width, dtype=torch.long)
+        for row, c in enumerate(completion_ids):
+            mask[row, : len(c)] = 1
+            index[row, : len(c)] = torch.tensor(c)
+        return table[index] * mask, mask
+
+
+def episodes(rewards: dict[str, list[float]]) -> list[Episode]:
+    """One coder turn per episode, of 1 to 5 tokens, with behaviour log-probs away from the policy's (so the
+    PPO ratio is not 1 and some tokens clip)."""
+    out = []
+    for task, values in rewards.items():
+        for g, r in enumerate(values):
+            n = len(out)
+            ids = [(n + k) % VOCAB for k in range(1 + n % 5)]
+            turn = Turn(
+                role="coder",
+                prompt="p",
+                text="",
+                prompt_ids=[1],
+                completion_ids=ids,
+                logprobs=[-1.0 - 0.3 * ((n + k) % 4) for k in range(len(ids))],
+            )
+            out.append(Episode(task_id=task, group=g, turns=[turn], rewards={"coder": r}))
+    return out
+
+
+def learner(*overrides: str) -> Learner:
+    cfg = load_config(None, ["algorithm.ppo_epochs=1", "algorithm.minibatches=1", *overrides])
+    return Learner(cfg, {"default": TablePolicy()})  # type: ignore[dict-item]
+
+
+def test_groups_of_equal_rewards_get_exactly_zero_and_the_batch_is_skipped():
+    # 0.7 and 0.2 at G = 8: float32 group statistics used to give every member +0.056 / -0.0147
+    eps = episodes({"t1": [0.7] * 8, "t2": [0.2] * 8})
+    lrn = learner()
+    assert set(lrn.turn_advantages(eps, ("coder",))["coder"].values()) == {0.0}
+    before = lrn.policies["default"].model.logits.detach().clone()
+    stats = lrn.update(eps, ("coder",), step=0)
+    assert stats["train/coder/skipped"] == 1.0
+    assert "train/coder/policy_loss" not in stats
+    assert torch.equal(lrn.policies["default"].model.logits, before)
+
+
+def test_only_the_unequal_groups_are_trained_on():
+    eps = episodes({"t1": [0.7] * 4, "t2": [1.0, 0.0, 0.5, 0.0]})
+    stats = learner().update(eps, ("coder",), step=0)
+    assert "train/coder/skipped" not in stats
+    assert stats["train/coder/turns"] == 4.0
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.05])
+def test_logged_stats_do_not_depend_on_the_micro_batch_and_policy_loss_is_the_optimised_loss(kl_coef):
+    eps = episodes({"t1": [1.0, 0.0, 0.5, 0.2], "t2": [0.3, 0.9, 0.1, 0.4]})
+    logged = {}
+    for micro_batch in (8, 1, 2, 3):
+        lrn = learner(f"algorithm.micro_batch={micro_batch}", f"algorithm.kl_coef={kl_coef}")
+        logged[micro_batch] = lrn.update(eps, ("coder",), step=0)
+    keys = ["policy_loss", "kl", "clip_fraction", "ratio_mean", "entropy_proxy", "grad_norm"]
+    for micro_batch in (1, 2, 3):
+        for k in keys:
+            assert logged[micro_batch][f"train/coder/{k}"] == pytest.approx(
+                logged[8][f"train/coder/{k}"], rel=1e-9, abs=1e-12
+            ), (k, micro_batch)
+    # recompute the loss of the whole batch at the starting parameters, as one chunk
+    lrn = learner(f"algorithm.kl_coef={kl_coef}")
+    adv = lrn.turn_advantages(eps, ("coder",))["coder"]
+    turns = [eps[i].turns[j] for i, j in adv]
+    policy = TablePolicy()
+    logp, mask = policy.token_logprobs("coder", [], [t.completion_ids for t in turns], 0.7)
+    ref, _ = policy.token_logprobs("ref_coder", [], [t.completion_ids for t in turns], 0.7)
+    ref = ref.float() if kl_coef > 0 else None  # the learner scores the reference only for KL, in float32
+    old = torch.zeros(logp.shape)  # float32, as the learner pads behaviour log-probs
+    for row, t in enumerate(turns):
+        old[row, : len(t.logprobs)] = torch.tensor(t.logprobs)
+    a = lrn.cfg.algorithm
+    full = grpo_loss(
+        logp,
+        old,
+        torch.tensor(list(adv.values())),
+        mask,
+        ref_logp=ref,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        kl_coef=kl_coef,
+    )
+    assert full.stats["clip_fraction"] > 0  # the case exercises the clip
+    assert logged[2]["train/coder/policy_loss"] == pytest.approx(full.stats["policy_loss"], rel=1e-9)
+    assert logged[2]["train/coder/kl"] == pytest.approx(full.stats["kl"], rel=1e-9)
