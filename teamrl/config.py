@@ -1014,6 +1014,56 @@ def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first_line: int, second_line: int) -> None:
+        self.key, self.first_line, self.second_line = key, first_line, second_line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping raises :class:`_DuplicateKey`
+    (plain YAML keeps the last one silently, so a second ``algorithm:`` section would replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden on purpose
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, seen[key], line)
+                seen[key] = line
+            except TypeError:  # an unhashable key: the base constructor reports it
+                pass
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(p: Path) -> dict[str, Any]:
+    """The sections of config file ``p``; an empty file, a repeated key or a top level that is not a
+    mapping raises ConfigError."""
+    try:
+        loaded = yaml.load(p.read_text(), Loader=_StrictLoader)
+    except _DuplicateKey as dup:
+        raise ConfigError(
+            f"{p}: key {dup.key!r} is given twice in the same mapping, at lines {dup.first_line} and "
+            f"{dup.second_line}; YAML would silently keep only the second. Merge them into one."
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    if loaded is None or loaded == {}:
+        raise ConfigError(
+            f"{p} is empty: give at least one section (e.g. 'algorithm:' with 'group_size: 4' under it), "
+            "or omit the CONFIG argument to use the defaults"
+        )
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"{p}: the top level must be a mapping of sections (e.g. 'algorithm:', 'workflow:'), "
+            f"got a {'list' if isinstance(loaded, list) else 'single value'}: {str(loaded)[:60]!r}"
+        )
+    return loaded
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read YAML (or start from defaults), apply overrides, validate. Raises ConfigError."""
     data: dict[str, Any] = {}
@@ -1021,15 +1071,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} not found")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(
-                f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}"
-            )
-        data = loaded or {}
+        data = _read_yaml(p)
     # Start from the defaults so that a YAML file or --set changes one field of a role or policy
     # without having to restate the rest of it.
     defaults = _defaults(apply_overrides(copy.deepcopy(data), overrides or []))

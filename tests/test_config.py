@@ -68,6 +68,51 @@ def test_missing_and_malformed_files(tmp_path):
         load_config(bad)
 
 
+@pytest.mark.parametrize(
+    "text", ["", "\n  \n", "# nothing here yet\n# algorithm:\n", "null\n", "~\n", "{}\n"]
+)
+def test_an_empty_file_is_an_error_not_the_defaults(tmp_path, text):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text)
+    with pytest.raises(
+        ConfigError, match=r"empty\.yaml is empty: give at least one section.*omit the CONFIG"
+    ):
+        load_config(empty)
+
+
+def test_a_key_given_twice_names_the_key_the_file_and_both_lines(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("algorithm:\n  lr: 0.1\nrun:\n  seed: 1\nalgorithm:\n  group_size: 4\n")
+    with pytest.raises(ConfigError, match=r"twice\.yaml: key 'algorithm' is given twice .* lines 1 and 5"):
+        load_config(twice)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("workflow:\n  roles:\n    coder:\n      max_new_tokens: 8\n      max_new_tokens: 9\n")
+    with pytest.raises(ConfigError, match=r"nested\.yaml: key 'max_new_tokens' .* lines 4 and 5"):
+        load_config(nested)
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("algorithm: {lr: 0.1, lr: 0.2}\n")
+    with pytest.raises(ConfigError, match=r"key 'lr' .* lines 1 and 1"):
+        load_config(flow)
+    # a YAML merge key may be overridden on purpose; that is no duplicate
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("algorithm:\n  <<: {lr: 0.1, group_size: 4}\n  lr: 0.2\n")
+    cfg = load_config(merged)
+    assert (cfg.algorithm.lr, cfg.algorithm.group_size) == (0.2, 4)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("- just\n- a list\n", "got a list"), ("algorithm\n", "got a single value: 'algorithm'")],
+)
+def test_a_top_level_that_is_not_a_mapping_says_so(tmp_path, text, needle):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(
+        ConfigError, match=rf"bad\.yaml: the top level must be a mapping of sections .*{needle}"
+    ):
+        load_config(bad)
+
+
 def test_per_role_iteration_counts_shape_the_freeze_rotate_schedule():
     from teamrl.recipes.schedule import DEFAULT_ITERATIONS, phases_for
 
