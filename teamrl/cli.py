@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -262,13 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return args.func(args)
-    except (ConfigError, FileNotFoundError) as exc:
-        print(f"teamrl: {exc}", file=sys.stderr)
-        return 2
+        try:
+            args = build_parser().parse_args(argv)
+            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+            return args.func(args)
+        except (ConfigError, FileNotFoundError) as exc:
+            print(f"teamrl: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            # Output still buffered when the reader has gone must fail here, not in the flush at exit.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader closed the pipe (`teamrl schema | head -1`): stop quietly, with exit code 1 as
+        # Python's docs do ("Note on SIGPIPE"); stdout goes to devnull so the flush at exit cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
