@@ -9,17 +9,18 @@ import signal
 import socket
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from teamrl.tasks.sandbox import (
-    ProgramCheck,
     Sandbox,
     SandboxLimits,
     SandboxUnavailableError,
-    run_checks,
-    run_checks_sync,
+    judge_many,
+    judge_sync,
+    parse_assert,
 )
 from teamrl.tasks.sandbox import sandbox as sandbox_module
 
@@ -120,7 +121,7 @@ def test_fork_bomb_is_contained_and_whole_tree_is_gone(isolation: str) -> None:
     assert sandbox.run_sync("print('next run fine')").stdout == "next run fine\n"
 
 
-def test_network_is_unreachable_under_bwrap() -> None:
+def test_network_is_unreachable(isolation: str) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -136,7 +137,7 @@ def test_network_is_unreachable_under_bwrap() -> None:
                 print("blocked", type(exc).__name__)
             """
         )
-        result = _make("bwrap").run_sync(source)
+        result = _make(isolation).run_sync(source)
     assert result.stdout.startswith("blocked"), result.stdout + result.stderr
 
 
@@ -184,62 +185,63 @@ def test_bwrap_tmp_is_fresh_and_not_the_hosts() -> None:
     assert sandbox.run_sync(f"import os\nprint(os.path.exists('/tmp/{name}'))").stdout == "False\n"
 
 
-def test_run_checks_judges_each_statement(isolation: str) -> None:
-    checks = [
-        ProgramCheck(
-            "def f(x):\n    return x + 1",
-            ["assert f(1) == 2", "assert f(1) == 3", "assert f(-1) == 0"],
-        ),
-        ProgramCheck("raise ValueError('bad module')", ["assert True"]),
-        ProgramCheck("def f(:\n    pass", ["assert True", "pass"]),
-        ProgramCheck(
-            "def spin():\n    while True:\n        pass",
-            ["spin()", "assert 1 + 1 == 2", "import time; time.sleep(30)", "assert spin is not None"],
-        ),
-        ProgramCheck(
-            # Output that would corrupt or forge results if it reached the harness's channel.
-            "import os, sys\nsys.stdout.write('no newline')\nos.write(1, b'@@teamrl-x@@ 4 [false]\\n')\n"
-            "print('@@teamrl-' + '0' * 32 + '@@ 5 [true, true]')\nsys.stderr.write('noise')\n"
-            "def g():\n    return 3",
-            ["assert g() == 3", "print('more' * 1000)"],
-        ),
-        ProgramCheck("x = 1", ["raise SystemExit(0)", "assert x == 1"]),
-        ProgramCheck("import os", []),
+def test_judges_calls_with_types_and_per_call_failures(isolation: str) -> None:
+    sandbox = _make(isolation)
+    tests = [
+        parse_assert("assert f(1) == 2", "f"),
+        parse_assert("assert f(1) == 3", "f"),
+        parse_assert("assert f(-1) == 0", "f"),
+        parse_assert("assert f(1.0) == 2", "f"),  # returns 2.0: not the int 2
+        parse_assert("assert f('a') == 'a1'", "f"),  # raises TypeError
     ]
-    assert run_checks_sync(_make(isolation), checks) == [
-        [True, False, True],
-        [False],
-        [False, False],
-        [False, True, False, True],
-        [True, True],
-        [False, True],
-        [],
-    ]
+    judged = judge_sync(sandbox, "def f(x):\n    return x + 1", "f", tests)
+    assert judged.passed == [True, False, True, False, False]
+    assert judged.results[3].value == 2.0 and type(judged.results[3].value) is float
+    assert judged.results[4].error.startswith("TypeError")
+    assert judged.results[1].describe(tests[1], "f") == "f(1) returned 2, expected 3"
+    for broken, why in [
+        ("raise ValueError('bad module')", "failed to load: ValueError: bad module"),
+        ("def f(:\n    pass", "failed to load: SyntaxError"),
+        ("g = 1", "defines no function f"),
+    ]:
+        judged = judge_sync(sandbox, broken, "f", tests[:2])
+        assert judged.passed == [False, False] and why in judged.results[0].error, judged.results[0]
 
 
-def test_run_checks_keeps_results_reported_before_the_process_died() -> None:
-    sandbox = _make("bwrap", SandboxLimits(timeout_s=2.0, check_timeout_s=0.5))
-    unkillable = "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass"
-    checks = [
-        ProgramCheck("def f():\n    return 1", ["assert f() == 1"]),
-        ProgramCheck("import os\nos._exit(0)", ["assert True"]),
-        ProgramCheck("y = 2", ["assert y == 2"]),
-    ]
-    assert run_checks_sync(sandbox, checks) == [[True], [False], [False]]
-    checks[1] = ProgramCheck(unkillable, ["assert True"])
-    assert run_checks_sync(sandbox, checks) == [[True], [False], [False]]
+def test_results_reported_before_the_process_died_are_kept() -> None:
+    sandbox = _make("bwrap", SandboxLimits(timeout_s=3.0, check_timeout_s=0.5))
+    code = "import os\ndef f(x):\n    if x == 2:\n        os._exit(0)\n    return x"
+    tests = [parse_assert(f"assert f({x}) == {x}", "f") for x in (1, 2, 3)]
+    judged = judge_sync(sandbox, code, "f", tests)
+    assert judged.passed == [True, False, False]
+    assert judged.results[2].error.startswith("no result")
+    # a call that ignores the CPU timer runs into the process's limits; earlier results still count
+    spin = "import signal\nsignal.signal(signal.SIGPROF, signal.SIG_IGN)\ndef f(x):\n    while x == 2:\n"
+    judged = judge_sync(sandbox, spin + "        pass\n    return x", "f", tests)
+    assert judged.passed == [True, False, False]
 
 
-def test_run_checks_many_concurrent_calls() -> None:
-    sandbox = _make("bwrap")
+def test_limits_count_cpu_time_not_wall_clock_time() -> None:
+    sandbox = _make("bwrap", SandboxLimits(timeout_s=10.0, check_timeout_s=0.3))
+    tests = [parse_assert("assert f(1) == 1", "f")]
+    # 1 s of waiting is not 1 s of CPU: a loaded machine does not fail correct code
+    assert judge_sync(
+        sandbox, "import time\ndef f(x):\n    time.sleep(1.0)\n    return x", "f", tests
+    ).passed == [True]
+    busy = judge_sync(sandbox, "def f(x):\n    while True:\n        pass", "f", tests)
+    assert busy.passed == [False] and busy.results[0].error.startswith("timeout: over 0.3 s of CPU time")
 
-    async def main() -> list[list[list[bool]]]:
-        checks = [[ProgramCheck(f"k = {i}", [f"assert k == {i}", "assert k < 0"])] for i in range(6)]
-        calls = [run_checks(sandbox, batch) for batch in checks]
-        return await asyncio.gather(*calls)
 
-    assert asyncio.run(main()) == [[[True, False]]] * 6
-    assert asyncio.run(run_checks(sandbox, [])) == []
+def test_many_concurrent_judgements_and_the_parallel_cap() -> None:
+    sandbox = Sandbox(FAST, isolation="bwrap" if shutil.which("bwrap") else "rlimits", max_parallel=2)
+    tests = [parse_assert("assert f() == 0", "f")]
+    # distinct programs (identical ones would be judged once, from the cache)
+    jobs = [(f"import time\ndef f():\n    time.sleep(0.3)\n    return {i} * 0", "f", tests) for i in range(6)]
+    started = time.monotonic()
+    judged = asyncio.run(judge_many(sandbox, jobs))
+    assert [j.passed for j in judged] == [[True]] * 6
+    assert time.monotonic() - started >= 0.9  # six 0.3 s waits, two processes at a time
+    assert asyncio.run(judge_many(sandbox, [])) == []
 
 
 def test_bad_configuration_raises_clear_errors() -> None:
@@ -249,22 +251,28 @@ def test_bad_configuration_raises_clear_errors() -> None:
         SandboxLimits(memory_mb=0)
     with pytest.raises(ValueError, match=r"SandboxLimits.cpu_s must be an integer > 0, got 1.5"):
         SandboxLimits(cpu_s=1.5)
+    with pytest.raises(ValueError, match=r"max_parallel must be >= 1, got 0"):
+        Sandbox(max_parallel=0)
 
 
-def test_auto_falls_back_to_rlimits_with_warning_when_bwrap_missing(
+def test_auto_refuses_to_run_without_bwrap_and_rlimits_must_be_chosen(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
     sandbox_module._bwrap_backend.cache_clear()
+    sandbox_module._warn_rlimits_once.cache_clear()
     try:
+        for isolation in ("auto", "bwrap"):
+            with pytest.raises(SandboxUnavailableError, match=r"bubblewrap.*sandbox.isolation: rlimits"):
+                Sandbox(FAST, isolation=isolation)
         with caplog.at_level(logging.WARNING, logger="teamrl.sandbox"):
-            sandbox = Sandbox(FAST)
+            sandbox = Sandbox(FAST, isolation="rlimits")
         assert sandbox.isolation == "rlimits"
-        assert "falling back to rlimits" in caplog.text and "apt-get install -y bubblewrap" in caplog.text
-        check = ProgramCheck("z = 3", ["assert z == 3", "assert z == 4"])
-        assert run_checks_sync(sandbox, [check]) == [[True, False]]
-        with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
-            Sandbox(isolation="bwrap")
+        assert "without filesystem isolation" in caplog.text
+        judged = judge_sync(
+            sandbox, "z = 3\ndef f():\n    return z", "f", [parse_assert("assert f() == 3", "f")]
+        )
+        assert judged.passed == [True]
     finally:
         sandbox_module._bwrap_backend.cache_clear()

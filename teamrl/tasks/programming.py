@@ -19,11 +19,12 @@ import itertools
 import operator
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from typing import Any
 
+from teamrl.tasks.sandbox.calls import CallTest, CheckFunction, parse_assert
 from teamrl.tasks.suite_args import choices, difficulty_levels
 from teamrl.tasks.suite_args import heldout_fraction as check_heldout_fraction
 
@@ -87,10 +88,23 @@ class ProgrammingTask:
     plan_keys: tuple[str, ...]
     review_comment: str
     demo_tests: tuple[str, ...]
+    check: CheckFunction | None = None  # HumanEval-style tests, judged instead of hidden_tests
+
+    @cached_property
+    def hidden_calls(self) -> tuple[CallTest, ...]:
+        """``hidden_tests`` as calls and expected values (what the sandbox judges)."""
+        return tuple(parse_assert(test, self.func_name) for test in self.hidden_tests)
+
+    @property
+    def tests(self) -> Sequence[CallTest] | CheckFunction:
+        """What a program for this task is judged on (``teamrl.tasks.sandbox.judge``)."""
+        return self.check if self.check is not None else self.hidden_calls
 
     def brief(self) -> str:
         """The task as shown to the team: spec and examples, plus issue, test and code for "fix"."""
-        lines = [f"{self.kind} {self.spec}", "examples: " + "; ".join(self.examples)]
+        lines = [f"{self.kind} {self.spec}"]
+        if self.examples:
+            lines.append("examples: " + "; ".join(self.examples))
         if self.kind == "fix":
             lines += [f"issue: {self.issue_text}", f"failing test: {self.failing_test}", "code:"]
             lines.append(self.buggy_solution.rstrip("\n"))

@@ -5,8 +5,11 @@ The stages run in ``workflow.order``; what each role does follows from its messa
 sends it back to the last code role (at most ``max_review_rounds`` times), ``tests`` writes
 tests for the final program. Another role set or order is a config change, not new code.
 
-At the end the episode is verified in one sandbox process: every code version against the
-hidden tests, and the tester's tests against the reference and the buggy solution.
+At the end the episode is verified, the trusted side deciding (``teamrl.tasks.sandbox.calls``):
+every distinct code version runs in a sandbox process of its own on the hidden tests' inputs and
+its results are compared here with the expected values; the tester's asserts become calls and
+expected values (a line that cannot be judged that way is refused, a format error of its turn) and
+run on the reference and on the buggy solution, each in a process of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from teamrl.config import WorkflowConfig
 from teamrl.engine.team import Team
 from teamrl.protocol import Episode, Turn
 from teamrl.tasks.programming import ProgrammingTask
-from teamrl.tasks.sandbox import ProgramCheck, Sandbox, judge_checks
+from teamrl.tasks.sandbox import Sandbox
+from teamrl.tasks.sandbox.calls import judge_many, parse_asserts
 
 MAX_TESTS = 8
 
@@ -29,6 +33,7 @@ class PipelineState:
     code_turns: list[int] = field(default_factory=list)  # turn index that wrote each version
     reviews: list[tuple[int, int]] = field(default_factory=list)  # (turn index, code version it saw)
     tests: list[str] = field(default_factory=list)
+    tests_turn: int | None = None  # turn index that wrote the tests
 
 
 def prompt_for(role: str, sop: str, task: ProgrammingTask, sections: list[tuple[str, str]]) -> str:
@@ -98,6 +103,7 @@ async def play_pipeline(
         elif kind == "tests":
             turn = await speak(role, [("solution", state.code[-1] or "(none)")])
             state.tests = split_tests(turn.message.content) if turn.message else []
+            state.tests_turn = len(episode.turns) - 1
         else:  # config validation only admits the kinds above for this workflow
             raise ValueError(f"workflow pipeline has no stage for message kind {kind!r} (role {role})")
 
@@ -105,17 +111,20 @@ async def play_pipeline(
 
 
 async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, sandbox: Sandbox) -> None:
-    """Run every check of the episode in one sandbox process and store the figures."""
-    hidden = list(task.hidden_tests)
-    checks = [ProgramCheck(code=c, tests=hidden) for c in state.code]
-    if state.tests:
-        checks += [
-            ProgramCheck(code=task.reference_solution, tests=state.tests),
-            ProgramCheck(code=task.buggy_solution, tests=state.tests),
+    """Judge every code version and the tester's tests, each in sandbox processes of its own, and
+    store the figures."""
+    tests, refused = parse_asserts(state.tests, task.func_name)
+    versions = list(dict.fromkeys(state.code))  # a revision identical to an earlier version runs once
+    jobs = [(code, task.func_name, task.tests) for code in versions]
+    if tests:
+        jobs += [
+            (task.reference_solution, task.func_name, tests),
+            (task.buggy_solution, task.func_name, tests),
         ]
-    results, error = await judge_checks(sandbox, checks)
-    code_pass = [sum(r) / len(r) if r else 0.0 for r in results[: len(state.code)]]
-    tests_ref, tests_buggy = (results[-2], results[-1]) if state.tests else ([], [])
+    judged = await judge_many(sandbox, jobs)
+    by_version = dict(zip(versions, judged[: len(versions)], strict=True))
+    code_pass = [by_version[code].fraction for code in state.code]
+    on_reference, on_buggy = (judged[-2].passed, judged[-1].passed) if tests else ([], [])
     episode.outcome = code_pass[-1] if code_pass else 0.0
     episode.verifier = {
         "code_pass": code_pass,
@@ -123,10 +132,18 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
         "reviews": [list(r) for r in state.reviews],
         "plan": state.plan,
         "plan_keys": list(task.plan_keys),
-        "tests": state.tests,
-        "tests_on_reference": tests_ref,
-        "tests_on_buggy": tests_buggy,
+        "tests": [t.text(task.func_name) for t in tests],
+        "tests_on_reference": on_reference,
+        "tests_on_buggy": on_buggy,
         "solved": bool(code_pass) and code_pass[-1] == 1.0,
     }
-    if error is not None:  # the checks never ran (a lost Ray sandbox worker): they count as failed
-        episode.verifier["sandbox_error"] = error
+    if refused:
+        episode.verifier["tests_refused"] = [f"{line}  ({reason})" for line, reason in refused]
+        turn = episode.turns[state.tests_turn] if state.tests_turn is not None else None
+        if turn is not None and turn.error is None:
+            # a test that cannot be judged without running it beside the code it judges is malformed
+            turn.error = f"{len(refused)} test(s) cannot be judged: {refused[0][1]}"
+            episode.errors.append(turn.error)
+    errors = [j.error for j in judged if j.error is not None]
+    if errors:  # the checks never ran (a lost Ray sandbox worker): they count as failed
+        episode.verifier["sandbox_error"] = errors[0]

@@ -1,15 +1,39 @@
-"""Sandboxed execution of untrusted, agent-written Python code."""
+"""Sandboxed execution and judging of untrusted, agent-written Python code (the trusted side decides:
+``calls``)."""
 
-from teamrl.tasks.sandbox.checks import ProgramCheck, judge_checks, run_checks, run_checks_sync
+from teamrl.tasks.sandbox.calls import (
+    Call,
+    CallResult,
+    CallTest,
+    CheckError,
+    CheckFunction,
+    Judgement,
+    UnjudgeableTest,
+    judge,
+    judge_many,
+    judge_sync,
+    parse_assert,
+    parse_asserts,
+    run_calls,
+)
 from teamrl.tasks.sandbox.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxUnavailableError
 
 __all__ = [
-    "ProgramCheck",
+    "Call",
+    "CallResult",
+    "CallTest",
+    "CheckError",
+    "CheckFunction",
+    "Judgement",
     "Sandbox",
     "SandboxLimits",
     "SandboxResult",
     "SandboxUnavailableError",
-    "judge_checks",
-    "run_checks",
-    "run_checks_sync",
+    "UnjudgeableTest",
+    "judge",
+    "judge_many",
+    "judge_sync",
+    "parse_assert",
+    "parse_asserts",
+    "run_calls",
 ]

@@ -1,7 +1,9 @@
 """First code run inside every sandbox process; its text is passed as ``python -I -S -B -c``.
 
-Arguments: ``UID GID CPU_S AS_BYTES NPROC FSIZE_BYTES REAP``. ``UID`` -1 keeps the current uid;
-``REAP`` 1 keeps a root reaper process above the program (see ``_reap``).
+Arguments: ``UID GID CPU_S AS_BYTES NPROC FSIZE_BYTES REAP SECCOMP``. ``UID`` -1 keeps the current
+uid; ``REAP`` 1 keeps a root reaper process above the program (see ``_reap``); ``SECCOMP`` is the
+hex of the seccomp filter (``teamrl.tasks.sandbox.seccomp``) installed right before the program
+runs, or ``-`` for none.
 Standard input: a 16-byte ASCII decimal length, that many bytes of UTF-8 program source,
 then the program's own standard input.
 
@@ -17,6 +19,9 @@ import sys
 
 _HEADER_BYTES = 16
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
 
 
 def _read_exact(count: int) -> bytes:
@@ -68,8 +73,26 @@ def _reap(uid: int, gid: int) -> None:
     os._exit(128 - code if code < 0 else code)
 
 
+def _seccomp(program: bytes) -> None:
+    """Install the filter for this process and every process it starts; fails loudly, never silently."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    ulong = ctypes.c_ulong
+    if prctl(_PR_SET_NO_NEW_PRIVS, ulong(1), ulong(0), ulong(0), ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if prctl(_PR_SET_SECCOMP, ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), ulong(0), ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
 def main() -> None:
     uid, gid, cpu_s, as_bytes, nproc, fsize_bytes, reap = (int(arg) for arg in sys.argv[1:8])
+    seccomp = sys.argv[8]
     del sys.argv[1:]
     source = _read_exact(int(_read_exact(_HEADER_BYTES))).decode()
     if reap:
@@ -82,6 +105,8 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes))
     if uid >= 0:
         _become(uid, gid)
+    if seccomp != "-":
+        _seccomp(bytes.fromhex(seccomp))
     exec(compile(source, "<sandbox>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
 
 

@@ -1,56 +1,161 @@
-"""Check harness run inside the sandbox by ``run_checks``; its text is the sandboxed program.
+"""The program every check runs in the sandbox; its text follows ``values.py``'s source there.
 
-Standard input: JSON ``{"marker": str, "timeout_s": float, "checks": [{"code": str, "tests": [str]}]}``.
-Standard output: one line ``MARKER INDEX JSON_BOOLS`` per check, flushed as soon as the check
-is judged so that results survive if a later check kills the process. Everything the
-untrusted code writes to fds 1 and 2 goes to /dev/null, so it cannot break the JSON lines; the
-random marker keeps plain prints of look-alike lines from being taken as results.
+Standard input: one JSON request; standard output: JSON lines, each flushed when written (what a
+later crash or kill cuts off still arrives). Everything the code under test writes to fds 1 and 2
+goes to /dev/null. The request's ``mode``:
+
+* ``calls``: run ``code``, then its function ``function`` on each of ``calls`` (tagged args and
+  kwargs, decoded afresh for every call); one line per call, ``{"i": N, "value": TAGGED}`` or
+  ``{"i": N, "error": TEXT}``. The expected values never enter this process.
+* ``record``: run the trusted ``reference`` and ``check`` sources, then ``check(candidate)`` with
+  the reference's function recording each call's arguments; one line ``{"inputs": [...],
+  "error": TEXT | null}``.
+* ``replay``: run ``reference`` (for helpers the check uses) and ``check``, then ``check`` on a
+  stand-in that answers each recorded input with the recorded output (``outputs``: pairs of the
+  input's key and ``{"value": ...}`` or ``{"error": ...}``); no code under test is here, only its
+  results as data. One line ``{"passed": bool, "error": TEXT | null}``.
+
+Per-call limits count CPU time (``ITIMER_PROF``), so a loaded machine does not fail correct code.
 """
 
 import json
 import os
+import random
 import signal
 import sys
 
+if "encode" not in globals():  # imported as a module (tests); in the sandbox values.py precedes this
+    from teamrl.tasks.sandbox.values import UnsupportedValue, decode, encode
 
-class _StatementTimeout(BaseException):
-    # A BaseException so that the untrusted code's ``except Exception`` cannot swallow it.
+_TEXT_LIMIT = 300
+
+
+class _CpuTimeout(BaseException):
+    # A BaseException so that the code under test's ``except Exception`` cannot swallow it.
     pass
 
 
-def _on_alarm(signum: int, frame: object) -> None:
-    raise _StatementTimeout
+def _on_timer(signum: int, frame: object) -> None:
+    raise _CpuTimeout
 
 
-def _passes(source: str, namespace: dict, timeout_s: float) -> bool:
+def _timed(seconds: float, function, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
-        code = compile(source, "<check>", "exec")
-        signal.setitimer(signal.ITIMER_REAL, timeout_s)
-        try:
-            exec(code, namespace)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except BaseException:
-        # Includes SystemExit and a timer firing inside the finally clause itself.
-        return False
-    return True
+        return function(*args, **kwargs)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+def _describe(exc: BaseException, seconds: float) -> str:
+    """One line naming the exception; its text is produced under the timer too (a custom __str__)."""
+    if isinstance(exc, _CpuTimeout):
+        return f"timeout: over {seconds:g} s of CPU time"
+    if isinstance(exc, SystemExit):
+        return "SystemExit: the code under test exited"
+    name = type(exc).__name__ if type(type(exc)) is type else "exception"
+    try:
+        text = _timed(seconds, str, exc)
+        text = text if type(text) is str else ""
+    except BaseException:  # noqa: BLE001 - anything the code under test's __str__ does
+        text = ""
+    line = f"{name}: {text}" if text else name
+    return line.splitlines()[0][:_TEXT_LIMIT] if line.strip() else name
+
+
+def _key(args: object, kwargs: object) -> str:
+    return json.dumps([encode(args), encode(kwargs)], sort_keys=True, separators=(",", ":"))
+
+
+def _run_calls(request: dict, out) -> None:  # noqa: ANN001
+    seconds = float(request["timeout_s"])
+    namespace = {"__name__": "solution"}
+    try:
+        _timed(seconds, exec, compile(request["code"], "<solution>", "exec"), namespace)
+        failed = None
+    except BaseException as exc:  # noqa: BLE001 - the code under test failed to load
+        failed = "the program failed to load: " + _describe(exc, seconds)
+    function = namespace.get(request["function"])
+    if failed is None and not callable(function):
+        failed = f"the program defines no function {request['function']}"
+    for index, (args, kwargs) in enumerate(request["calls"]):
+        if failed is not None:
+            record = {"i": index, "error": failed}
+        else:
+            try:
+                value = _timed(seconds, function, *decode(args), **decode(kwargs))
+                record = {"i": index, "value": _timed(seconds, encode, value)}
+            except UnsupportedValue as exc:
+                record = {"i": index, "error": f"returned {exc}"}
+            except BaseException as exc:  # noqa: BLE001 - whatever the call raised
+                record = {"i": index, "error": _describe(exc, seconds)}
+        out.write(json.dumps(record, separators=(",", ":")) + "\n")
+        out.flush()
+
+
+def _load_check(request: dict) -> dict:
+    namespace = {"__name__": "check"}
+    exec(compile(request["reference"], "<reference>", "exec"), namespace)
+    exec(compile(request["check"], "<check>", "exec"), namespace)
+    if not callable(namespace.get("check")):
+        raise ValueError("the check source defines no function check(candidate)")
+    random.seed(0)  # checks that draw random inputs draw the same ones when recording and replaying
+    return namespace
+
+
+def _record(request: dict, out) -> None:  # noqa: ANN001
+    seconds = float(request["timeout_s"]) * 50
+    inputs, seen = [], set()
+    try:
+        namespace = _load_check(request)
+        reference = namespace[request["entry_point"]]
+
+        def candidate(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            key = _key(args, kwargs)
+            if key not in seen:
+                seen.add(key)
+                inputs.append([encode(args), encode(kwargs)])
+            return reference(*args, **kwargs)
+
+        _timed(seconds, namespace["check"], candidate)
+        error = None
+    except BaseException as exc:  # noqa: BLE001 - a broken check or reference
+        error = _describe(exc, seconds)
+    out.write(json.dumps({"inputs": inputs, "error": error}) + "\n")
+    out.flush()
+
+
+def _replay(request: dict, out) -> None:  # noqa: ANN001
+    seconds = float(request["timeout_s"]) * 50
+    outputs = {key: result for key, result in request["outputs"]}
+    try:
+        namespace = _load_check(request)
+
+        def candidate(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            result = outputs.get(_key(args, kwargs))
+            if result is None:
+                raise AssertionError("called with an input that was not recorded")
+            if "error" in result:
+                raise RuntimeError(result["error"])
+            return decode(result["value"])
+
+        _timed(seconds, namespace["check"], candidate)
+        record = {"passed": True, "error": None}
+    except BaseException as exc:  # noqa: BLE001 - the check failed
+        record = {"passed": False, "error": _describe(exc, seconds)}
+    out.write(json.dumps(record) + "\n")
+    out.flush()
 
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
-    marker, timeout_s = request["marker"], float(request["timeout_s"])
     sys.stdout.flush()
-    results_out = os.fdopen(os.dup(1), "w")
+    out = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    signal.signal(signal.SIGALRM, _on_alarm)
-    for index, check in enumerate(request["checks"]):
-        namespace = {"__name__": "solution"}
-        code_ok = _passes(check["code"], namespace, timeout_s)
-        results = [code_ok and _passes(test, namespace, timeout_s) for test in check["tests"]]
-        results_out.write(f"{marker} {index} {json.dumps(results)}\n")
-        results_out.flush()
+    signal.signal(signal.SIGPROF, _on_timer)
+    {"calls": _run_calls, "record": _record, "replay": _replay}[request["mode"]](request, out)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """Run untrusted Python source in a contained, short-lived process.
 
-Two isolation levels, chosen once per process (``isolation="auto"``):
+Two isolation levels (``isolation="auto"`` is bwrap, and refuses to run without it):
 
 * ``"bwrap"``: bubblewrap with fresh pid, net, ipc and uts namespaces, a read-only view of
   the host, a private size-capped tmpfs ``/tmp`` that is also the work dir, and the process
   tree killed with the pid namespace. Plus the rlimits and uid drop below.
 * ``"rlimits"``: a plain subprocess with rlimits, a non-root uid and a private work dir made
-  on the host. No network or filesystem namespaces: the program can reach the network and
-  write to world-writable places such as ``/tmp``. Used, with a warning, where bwrap is
+  on the host. No filesystem namespace: the program can write to world-writable places such as
+  ``/tmp``. Only when asked for by name (and then with a warning), for machines where bwrap is
   missing or unusable (no namespaces in an unprivileged container, for example).
+
+Both run the program under a seccomp filter (``seccomp.py``): no new namespaces, no ptrace, no
+mounts, no sockets but local ones (so no network even without a network namespace).
 
 When the parent runs as root every run gets its own uid (``_UID_BASE`` and up, no passwd
 entry needed): the kernel only enforces ``RLIMIT_NPROC`` for non-root uids, a per-run uid
@@ -41,10 +44,13 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TypeVar
+
+from teamrl.tasks.sandbox.seccomp import filter_program
 
 log = logging.getLogger("teamrl.sandbox")
 _T = TypeVar("_T")
@@ -83,7 +89,7 @@ class SandboxLimits:
     memory_mb: int = 512  # RLIMIT_AS
     max_processes: int = 64  # RLIMIT_NPROC, counting threads; only enforced for a non-root uid
     max_file_mb: int = 16  # RLIMIT_FSIZE
-    check_timeout_s: float = 1.0  # per statement inside run_checks
+    check_timeout_s: float = 1.0  # CPU seconds per call of the function under test (calls.py)
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -270,10 +276,15 @@ def _command(
     run_as = uid if _is_root() else -1
     reap = int(backend.bwrap is None and _is_root())  # bwrap's own pid 1 reaps under bwrap
     boot_args = [run_as, run_as, limits.cpu_s, limits.memory_mb * _MIB, limits.max_processes]
-    boot_args += [limits.max_file_mb * _MIB, reap]
+    boot_args += [limits.max_file_mb * _MIB, reap, _seccomp_hex()]
     argv = [*prefix, backend.python, *_PYTHON_FLAGS, "-c", _BOOT_SOURCE, *map(str, boot_args)]
     encoded = source.encode()
     return argv, str(len(encoded)).rjust(_HEADER_BYTES).encode() + encoded + stdin.encode()
+
+
+@functools.cache
+def _seccomp_hex() -> str:
+    return filter_program().hex()
 
 
 @contextlib.contextmanager
@@ -366,22 +377,42 @@ class _Collector(asyncio.SubprocessProtocol):
         self.exited.set_result(None)
 
 
-class Sandbox:
-    """Runs untrusted Python programs, one contained process per call; safe to use concurrently."""
+def default_parallel() -> int:
+    """Sandbox processes at once: a few per core (most of a check is process start-up)."""
+    return max(8, 4 * (os.cpu_count() or 1))
 
-    def __init__(self, limits: SandboxLimits = SandboxLimits(), isolation: str = "auto"):  # noqa: B008 - frozen
+
+class Sandbox:
+    """Runs untrusted Python programs, one contained process per call, at most ``max_parallel`` at
+    once (the rest wait for a slot before their clock starts); safe to use concurrently."""
+
+    def __init__(
+        self,
+        limits: SandboxLimits = SandboxLimits(),  # noqa: B008 - frozen
+        isolation: str = "auto",
+        max_parallel: int | None = None,
+    ):
         if isolation not in ("auto", *ISOLATION_LEVELS):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'rlimits', got {isolation!r}")
+        self.max_parallel = default_parallel() if max_parallel is None else max_parallel
+        if self.max_parallel < 1:
+            raise ValueError(f"max_parallel must be >= 1, got {self.max_parallel}")
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
         self.limits = limits
         backend, why_not_bwrap = _bwrap_backend() if isolation in ("auto", "bwrap") else (None, "")
-        if backend is None and isolation == "bwrap":
-            raise SandboxUnavailableError(f"isolation='bwrap' requested but {why_not_bwrap}")
+        if backend is None and isolation != "rlimits":
+            raise SandboxUnavailableError(
+                f"isolation={isolation!r} needs bubblewrap, but {why_not_bwrap}. Untrusted code is not run "
+                "without it unless you accept weaker isolation explicitly: sandbox.isolation: rlimits "
+                "(rlimits, a non-root uid and a seccomp filter, but no filesystem isolation)"
+            )
         if backend is None:
             backend, why_not = _rlimits_backend()
             if backend is None:
                 raise SandboxUnavailableError(f"isolation={isolation!r}: {why_not}")
-            if isolation == "auto":
-                _warn_fallback_once(why_not_bwrap)
+            _warn_rlimits_once()
         self._backend = backend
 
     @property
@@ -392,6 +423,13 @@ class Sandbox:
     async def run(self, source: str, stdin: str = "") -> SandboxResult:
         """Run ``source`` as ``__main__`` with ``stdin``; never raises for anything the program does."""
         loop = asyncio.get_running_loop()
+        slots = self._slots.get(loop)
+        if slots is None:
+            slots = self._slots[loop] = asyncio.Semaphore(self.max_parallel)
+        async with slots:
+            return await self._run(loop, source, stdin)
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, source: str, stdin: str) -> SandboxResult:
         with _uid_pool.uid() as uid, _work_dir(self._backend, uid) as work_dir:
             argv, payload = _command(self._backend, self.limits, uid, source, stdin)
             start = time.monotonic()
@@ -455,11 +493,10 @@ class Sandbox:
 
 
 @functools.cache
-def _warn_fallback_once(reason: str) -> None:
+def _warn_rlimits_once() -> None:
     log.warning(
-        "sandbox: bubblewrap unavailable, falling back to rlimits + non-root uid without network or "
-        "filesystem isolation: %s",
-        reason,
+        "sandbox: isolation rlimits: untrusted code runs with rlimits, a non-root uid and a seccomp "
+        "filter (no network), but without filesystem isolation (it can write to /tmp, /var/tmp, /dev/shm)"
     )
 
 
@@ -469,4 +506,4 @@ def _run_blocking(coroutine: Coroutine[object, object, _T]) -> _T:
     except RuntimeError:
         return asyncio.run(coroutine)
     coroutine.close()
-    raise RuntimeError("run_sync/run_checks_sync called inside a running event loop; await the async version")
+    raise RuntimeError("run_sync/judge_sync called inside a running event loop; await the async version")
