@@ -700,6 +700,12 @@ class RunConfig(_Strict):
     eval_each_phase: bool = Field(False, description="also evaluate after every recipe phase")
     progress: bool = True
     max_concurrency: int = Field(256, ge=1)
+    keep_checkpoints: int = Field(
+        2,
+        ge=1,
+        description="checkpoints kept in RUN_DIR/checkpoints (the newest N); a resume whose newest is "
+        "damaged falls back to the one before",
+    )
 
 
 class Config(_Strict):
