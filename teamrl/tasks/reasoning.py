@@ -139,8 +139,20 @@ def _check_numeric(predicted: str | None, expected: Answer, tolerance: float) ->
     return got is not None and want is not None and abs(got - want) <= tolerance
 
 
+_WORD = re.compile(r"\w+(?:[.'-]\w+)*")
+CONTAINS_EXTRA_WORDS = 3
+
+
 def _check_contains(predicted: str | None, expected: Answer, tolerance: float) -> bool:
-    return predicted is not None and normalize_answer(str(expected)) in " ".join(predicted.casefold().split())
+    """The expected words appear together, as whole words, in an answer at most
+    ``CONTAINS_EXTRA_WORDS`` words longer: "It is Paris." answers "Paris", but "comparison" does not,
+    and neither does a list of every candidate ("Paris, London, Berlin, Rome, Madrid")."""
+    if predicted is None:
+        return False
+    want, got = _WORD.findall(str(expected).casefold()), _WORD.findall(predicted.casefold())
+    if not want or len(got) > len(want) + CONTAINS_EXTRA_WORDS:
+        return False
+    return any(got[i : i + len(want)] == want for i in range(len(got) - len(want) + 1))
 
 
 Checker = Callable[[str | None, Answer, float], bool]
@@ -148,7 +160,8 @@ Checker = Callable[[str | None, Answer, float], bool]
 CHECKERS: dict[str, Checker] = {
     "exact": _check_exact,  # the same answer after normalize_answer
     "numeric": _check_numeric,  # numbers within the task's tolerance
-    "contains": _check_contains,  # the expected text appears in the answer (case and spacing ignored)
+    # the expected words appear in a short answer (case, spacing and punctuation ignored)
+    "contains": _check_contains,
 }
 
 

@@ -126,9 +126,6 @@ class Judgement:
 
 # ---------------------------------------------------------------- model-written asserts
 
-_BOOL_CONSTANTS = {True, False, None}
-
-
 def _literal(node: ast.AST) -> Any:
     try:
         value = ast.literal_eval(node)
@@ -162,18 +159,17 @@ def parse_assert(line: str, function: str) -> CallTest:
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         raise UnjudgeableTest("not a single assert statement")
     test = tree.body[0].test
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+    if isinstance(test, ast.Compare):
         left, op, right = test.left, test.ops[0], test.comparators[0]
-        if isinstance(op, ast.Eq):
+        if len(test.ops) == 1 and isinstance(op, ast.Eq):
             if isinstance(left, ast.Call):
                 return CallTest(_call(left, function), _literal(right))
             return CallTest(_call(right, function), _literal(left))
-        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value in _BOOL_CONSTANTS:
-            if type(right.value) in (bool, type(None)):
-                return CallTest(_call(left, function), right.value)
-        raise UnjudgeableTest(
-            f"only == (or `is True/False/None`) can be judged, not {ast.unparse(test)[:60]!r}"
-        )
+        is_constant = isinstance(op, ast.Is) and isinstance(right, ast.Constant)
+        if len(test.ops) == 1 and is_constant and type(right.value) in (bool, type(None)):
+            return CallTest(_call(left, function), right.value)
+        shown = ast.unparse(test)[:60]
+        raise UnjudgeableTest(f"only one == (or `is True/False/None`) can be judged, not {shown!r}")
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return CallTest(_call(test.operand, function), False)
     return CallTest(_call(test, function), True)
