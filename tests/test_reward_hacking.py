@@ -9,6 +9,7 @@ cache, the tester's asserts); the answer checkers and the self-play evaluator ge
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ class SpySandbox:
         self.requests: list[dict] = []
 
     async def run(self, source: str, stdin: str = "") -> SandboxResult:
-        self.requests.append(json.loads(stdin))
+        self.requests.append(ast.literal_eval(stdin))
         return await self.inner.run(source, stdin)
 
 

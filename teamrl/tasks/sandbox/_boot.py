@@ -4,8 +4,10 @@ Arguments: ``UID GID CPU_S AS_BYTES NPROC FSIZE_BYTES REAP SECCOMP``. ``UID`` -1
 uid; ``REAP`` 1 keeps a root reaper process above the program (see ``_reap``); ``SECCOMP`` is the
 hex of the seccomp filter (``teamrl.tasks.sandbox.seccomp``) installed right before the program
 runs, or ``-`` for none.
-Standard input: a 16-byte ASCII decimal length, that many bytes of UTF-8 program source,
-then the program's own standard input.
+Standard input: a 16-byte header (``S`` or ``M``, then an ASCII decimal length), that many bytes of
+program: UTF-8 source (``S``) or a ``marshal``-ed code object of this interpreter compiled by the
+parent (``M``, which saves compiling a long program in every process), then the program's own
+standard input.
 
 Limits are set here rather than in a ``preexec_fn`` because the parent is multi-threaded
 (asyncio, torch) and ``preexec_fn`` is not fork-safe there. The uid is dropped here too:
@@ -94,7 +96,8 @@ def main() -> None:
     uid, gid, cpu_s, as_bytes, nproc, fsize_bytes, reap = (int(arg) for arg in sys.argv[1:8])
     seccomp = sys.argv[8]
     del sys.argv[1:]
-    source = _read_exact(int(_read_exact(_HEADER_BYTES))).decode()
+    header = _read_exact(_HEADER_BYTES)
+    program = _read_exact(int(header[1:]))
     if reap:
         _reap(uid, gid)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -107,7 +110,13 @@ def main() -> None:
         _become(uid, gid)
     if seccomp != "-":
         _seccomp(bytes.fromhex(seccomp))
-    exec(compile(source, "<sandbox>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    if header[:1] == b"M":
+        import marshal
+
+        code = marshal.loads(program)
+    else:
+        code = compile(program.decode(), "<sandbox>", "exec")
+    exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ class Judgement:
 
 # ---------------------------------------------------------------- model-written asserts
 
+
 def _literal(node: ast.AST) -> Any:
     try:
         value = ast.literal_eval(node)
@@ -203,13 +204,14 @@ def _remember(key: str, value: Any) -> None:
 
 
 def _lines(result: SandboxResult) -> list[dict]:
+    """The records the process wrote (``repr`` of builtins, read as literals: never evaluated)."""
     records = []
     for line in result.stdout.splitlines():
         if len(line) > _MAX_LINE:
             continue
         try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
+            record = ast.literal_eval(line)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
         if isinstance(record, dict):
             records.append(record)
@@ -243,7 +245,7 @@ async def run_calls(
         return list(_cache[key]), None
     request = {"mode": "calls", "code": code, "function": function, "calls": tagged}
     request["timeout_s"] = sandbox.limits.check_timeout_s
-    result = await sandbox.run(_PROGRAM, stdin=json.dumps(request))
+    result = await sandbox.run(_PROGRAM, stdin=repr(request))
     found: dict[int, CallResult] = {}
     for record in _lines(result):
         index = record.get("i")
@@ -280,7 +282,7 @@ async def record_inputs(sandbox: SandboxLike, check: CheckFunction) -> list[Call
         return _cache[key]
     request = {"mode": "record", "timeout_s": sandbox.limits.check_timeout_s}
     request |= {"reference": check.reference, "check": check.source, "entry_point": check.entry_point}
-    result = await sandbox.run(_PROGRAM, stdin=json.dumps(request))
+    result = await sandbox.run(_PROGRAM, stdin=repr(request))
     records = _lines(result)
     if not records or "inputs" not in records[0]:
         raise CheckError(f"recording the check's inputs for {check.entry_point} failed: {_death(result)}")
@@ -303,16 +305,13 @@ async def judge_check(sandbox: SandboxLike, code: str, check: CheckFunction) -> 
     results, error = await run_calls(sandbox, code, check.entry_point, calls)
     if error is not None:
         return Judgement([False], results, error)
-    outputs = [
-        [json.dumps(c.tagged(), sort_keys=True, separators=(",", ":")), _tagged_result(r)]
-        for c, r in zip(calls, results, strict=True)
-    ]
+    outputs = [[repr(c.tagged()), _tagged_result(r)] for c, r in zip(calls, results, strict=True)]
     key = _cache_key("replay", check.source, check.reference, outputs)
     if key in _cache:
         return Judgement([_cache[key]], results)
     request = {"mode": "replay", "timeout_s": sandbox.limits.check_timeout_s, "outputs": outputs}
     request |= {"reference": check.reference, "check": check.source, "entry_point": check.entry_point}
-    result = await sandbox.run(_PROGRAM, stdin=json.dumps(request))
+    result = await sandbox.run(_PROGRAM, stdin=repr(request))
     records = _lines(result)
     passed = bool(records) and records[0].get("passed") is True
     if result.error is None:

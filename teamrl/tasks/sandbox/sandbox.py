@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import marshal
 import os
 import shutil
 import signal
@@ -169,8 +170,9 @@ def _interpreter_roots() -> list[str]:
     return sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths))
 
 
-def _bwrap_argv(bwrap: str, limits: SandboxLimits) -> list[str]:
-    """bwrap arguments up to ``--``, with the interpreter made visible to the sandbox uid."""
+def _bwrap_argv(bwrap: str, limits: SandboxLimits, seccomp_fd: int | None) -> list[str]:
+    """bwrap arguments up to ``--``, with the interpreter made visible to the sandbox uid and the
+    seccomp filter read from ``seccomp_fd``."""
     if _is_root():
         # No user namespace: the boot script drops to the run's uid itself (see _boot.py).
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
@@ -194,6 +196,8 @@ def _bwrap_argv(bwrap: str, limits: SandboxLimits) -> list[str]:
         for parent in reversed(Path(root).relative_to(base).parents[:-1]):
             argv += ["--perms", "0755", "--dir", str(base / parent)]
         argv += ["--ro-bind", root, root]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     return argv + ["--chdir", "/tmp", "--"]
 
 
@@ -226,11 +230,16 @@ class _Backend:
 def _probe(backend: _Backend) -> str | None:
     """Run a tiny program through ``backend``; None if it works, else why not."""
     limits = SandboxLimits(timeout_s=20.0)
-    with _uid_pool.uid() as uid, _work_dir(backend, uid) as work_dir:
-        argv, stdin = _command(backend, limits, uid, _PROBE_SOURCE, "")
+    with _uid_pool.uid() as uid, _work_dir(backend, uid) as work_dir, _seccomp_pipe(backend) as fd:
+        argv, stdin = _command(backend, limits, uid, _PROBE_SOURCE, "", fd)
         try:
             done = subprocess.run(
-                argv, input=stdin, capture_output=True, timeout=limits.timeout_s, **_placement(work_dir)
+                argv,
+                input=stdin,
+                capture_output=True,
+                timeout=limits.timeout_s,
+                pass_fds=() if fd is None else (fd,),
+                **_placement(work_dir),
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"{type(exc).__name__}: {exc}"
@@ -269,22 +278,56 @@ def _rlimits_backend() -> tuple[_Backend | None, str]:
 
 
 def _command(
-    backend: _Backend, limits: SandboxLimits, uid: int, source: str, stdin: str
+    backend: _Backend, limits: SandboxLimits, uid: int, source: str, stdin: str, seccomp_fd: int | None
 ) -> tuple[list[str], bytes]:
-    """The child's argv and its standard input (see _boot.py for both protocols)."""
-    prefix = [] if backend.bwrap is None else _bwrap_argv(backend.bwrap, limits)
+    """The child's argv and its standard input (see _boot.py for both protocols). Under bwrap the
+    seccomp filter is read by bwrap from ``seccomp_fd`` (no ctypes import in the program); without
+    it the boot script installs it."""
+    prefix = [] if backend.bwrap is None else _bwrap_argv(backend.bwrap, limits, seccomp_fd)
     run_as = uid if _is_root() else -1
     reap = int(backend.bwrap is None and _is_root())  # bwrap's own pid 1 reaps under bwrap
     boot_args = [run_as, run_as, limits.cpu_s, limits.memory_mb * _MIB, limits.max_processes]
-    boot_args += [limits.max_file_mb * _MIB, reap, _seccomp_hex()]
+    boot_args += [limits.max_file_mb * _MIB, reap, "-" if backend.bwrap else _seccomp_program().hex()]
     argv = [*prefix, backend.python, *_PYTHON_FLAGS, "-c", _BOOT_SOURCE, *map(str, boot_args)]
-    encoded = source.encode()
-    return argv, str(len(encoded)).rjust(_HEADER_BYTES).encode() + encoded + stdin.encode()
+    compiled = _compiled(source) if backend.python == os.path.realpath(sys.executable) else None
+    # another interpreter may not read this one's code objects; source that does not compile fails there
+    kind, program = (b"S", source.encode()) if compiled is None else (b"M", compiled)
+    header = kind + str(len(program)).rjust(_HEADER_BYTES - 1).encode()
+    return argv, header + program + stdin.encode()
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(source: str) -> bytes | None:
+    """``source`` (the program, ours: the code under test comes on its standard input) compiled once
+    here: a long judging program costs ~10 ms to compile in every run. None if it does not compile."""
+    try:
+        return marshal.dumps(compile(source, "<sandbox>", "exec"))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 @functools.cache
-def _seccomp_hex() -> str:
-    return filter_program().hex()
+def _seccomp_program() -> bytes:
+    return filter_program()
+
+
+@contextlib.contextmanager
+def _seccomp_pipe(backend: _Backend) -> Iterator[int | None]:
+    """For bwrap: the read end of a pipe holding the filter (passed to the child, which reads it to
+    its end); None otherwise."""
+    if backend.bwrap is None:
+        yield None
+        return
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, _seccomp_program())  # a few hundred bytes: within the pipe's buffer
+        os.close(write_end)
+        write_end = -1
+        yield read_end
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
 
 
 @contextlib.contextmanager
@@ -431,17 +474,19 @@ class Sandbox:
 
     async def _run(self, loop: asyncio.AbstractEventLoop, source: str, stdin: str) -> SandboxResult:
         with _uid_pool.uid() as uid, _work_dir(self._backend, uid) as work_dir:
-            argv, payload = _command(self._backend, self.limits, uid, source, stdin)
-            start = time.monotonic()
-            transport, collector = await loop.subprocess_exec(
-                lambda: _Collector(loop),
-                *argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                **_placement(work_dir),
-            )
+            with _seccomp_pipe(self._backend) as seccomp_fd:  # the child keeps its own copy
+                argv, payload = _command(self._backend, self.limits, uid, source, stdin, seccomp_fd)
+                start = time.monotonic()
+                transport, collector = await loop.subprocess_exec(
+                    lambda: _Collector(loop),
+                    *argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+                    **_placement(work_dir),
+                )
             try:
                 # The transport buffers what the pipe cannot take yet; no drain needed.
                 stdin_pipe = transport.get_pipe_transport(0)

@@ -6,14 +6,12 @@ refused), :func:`decode` rebuilds only builtins, and :func:`strict_equal` compar
 (``1``, ``1.0`` and ``True`` differ; so do a list and a tuple). So an "always equal" object cannot
 leave the sandbox, and nothing the sandbox sends can run code on the trusted side.
 
-This module uses the standard library only: its source is also the first part of the programs
-that run inside the sandbox (``teamrl.tasks.sandbox.calls``).
+This module imports nothing at its top: its source is also the first part of the programs that run
+inside the sandbox (``teamrl.tasks.sandbox.calls``), where every import costs start-up time.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
 MAX_NODES = 100_000  # values, containers included, in one encoded value
@@ -44,7 +42,7 @@ def encode(value: Any, max_nodes: int = MAX_NODES, max_text: int = MAX_TEXT) -> 
                 raise UnsupportedValue("an integer too large to send back")
             return {"int": hex(x)}
         if kind is float:
-            return x if math.isfinite(x) else {"float": repr(x)}
+            return x if x - x == 0.0 else {"float": repr(x)}  # inf - inf and nan - nan are nan
         if kind is str or kind is bytes:
             budget[1] -= len(x)
             if budget[1] < 0:
@@ -95,7 +93,7 @@ def _canonical(encoded: Any) -> Any:
 
 
 def _sort_key(encoded: Any) -> str:
-    return json.dumps(encoded, sort_keys=True, separators=(",", ":"))
+    return repr(encoded)  # the tagged form holds only dicts of one key, lists, str, int, float, bool, None
 
 
 def _by_key(items: list[Any]) -> list[Any]:
@@ -105,6 +103,8 @@ def _by_key(items: list[Any]) -> list[Any]:
 
 def dumps(value: Any) -> str:
     """``value`` encoded and written as one line of JSON."""
+    import json
+
     return json.dumps(encode(value), separators=(",", ":"))
 
 
@@ -139,7 +139,7 @@ def decode(encoded: Any, max_nodes: int = MAX_NODES) -> Any:
                 number = float(payload)
             except ValueError:
                 raise UnsupportedValue(f"malformed {tag} {payload[:80]!r}") from None
-            if math.isfinite(number):
+            if number - number == 0.0:
                 raise UnsupportedValue(f"a finite float {payload[:80]!r} in the non-finite form")
             return number
         kind = _CONTAINERS.get(tag)
@@ -160,6 +160,8 @@ def decode(encoded: Any, max_nodes: int = MAX_NODES) -> Any:
 
 def loads(text: str) -> Any:
     """The inverse of :func:`dumps`; raises :class:`UnsupportedValue` on anything malformed."""
+    import json
+
     try:
         encoded = json.loads(text)
     except (ValueError, RecursionError):
