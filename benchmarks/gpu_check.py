@@ -29,7 +29,7 @@ CONFIG = ROOT / "examples" / "gpu_vllm_team.yaml"
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
-def missing_requirement() -> str | None:
+def missing_requirement(needs_vllm: bool = True) -> str | None:
     """Why this machine cannot run the check, or None."""
     if not torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
@@ -37,8 +37,10 @@ def missing_requirement() -> str | None:
             f"no CUDA GPU is visible to torch {torch.__version__} (CUDA_VISIBLE_DEVICES={visible!r}): this "
             "check trains on one GPU; run it on a GPU machine set up as the README's 'GPUs and vLLM' says"
         )
-    if importlib.util.find_spec("vllm") is None:
-        return VLLM_MISSING
+    if needs_vllm and importlib.util.find_spec("vllm") is None:
+        return (
+            VLLM_MISSING + " (or measure plain transformers generation: --set policies.default.generation=hf)"
+        )
     return None
 
 
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default=str(ROOT / "runs" / "gpu_check"))
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "gpu_check.json"))
     args = parser.parse_args(argv)
-    problem = missing_requirement()
+    problem = missing_requirement(needs_vllm="policies.default.generation=hf" not in args.set)
     if problem is not None:
         print(f"gpu_check: {problem}", file=sys.stderr)
         return 2
@@ -98,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     result = {
         "model": model,
+        "generation": cfg.policies["default"].generation,
         "gpu": torch.cuda.get_device_name(0),
         **summarize(rows, time.perf_counter() - start),
     }
@@ -107,14 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         speeds = f"{r['perf/rollout_tokens_per_s']:>14.0f} {r['perf/learner_tokens_per_s']:>14.0f}"
         print(f"{r['step']:>9} {speeds} {r['perf/iteration_s']:>12.1f}")
     print(
-        f"\nrollout: {result['rollout_tokens_per_s']:.0f} generated tokens/s (vLLM, "
+        f"\nrollout: {result['rollout_tokens_per_s']:.0f} generated tokens/s ({result['generation']}, "
         f"{result['rollout_tokens']} tokens); learner: {result['learner_tokens_per_s']:.0f} tokens/s "
         "(forward + backward, "
         f"{result['learner_tokens']:.0f} tokens)\n"
         f"peak GPU memory allocated by this process: {result['peak_gpu_memory_allocated_gib']:.2f} GiB; "
         f"in use on the device at the end (vLLM included): {result['gpu_memory_in_use_gib']:.1f} of "
         f"{result['gpu_memory_total_gib']:.0f} GiB\n"
-        f"vLLM vs learner log-probs, mean |gap| per token: {result['behaviour_logprob_gap']:.4f}"
+        f"generator vs learner log-probs, mean |gap| per token: {result['behaviour_logprob_gap']:.4f}"
     )
     out = Path(args.results)
     out.parent.mkdir(parents=True, exist_ok=True)
