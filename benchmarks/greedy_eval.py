@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 def greedy_eval(run_dir: Path, n_tasks: int) -> dict[str, Any]:
     import torch
 
-    from teamrl.trainer.trainer import Trainer, _ref, resume_config
+    from teamrl.trainer.trainer import Trainer, resume_config
 
     torch.set_num_threads(1)
     cfg = resume_config(run_dir)
@@ -34,6 +34,16 @@ def greedy_eval(run_dir: Path, n_tasks: int) -> dict[str, Any]:
     cfg.run.eval_samples = 1
     cfg.run.progress = False
     trainer = Trainer(cfg, run_dir, resume=True)
+    try:
+        return _greedy(trainer, run_dir, n_tasks)
+    finally:
+        trainer.close()
+
+
+def _greedy(trainer: Any, run_dir: Path, n_tasks: int) -> dict[str, Any]:
+    from teamrl.trainer.learner import ref_adapter
+
+    cfg = trainer.cfg
     seats = trainer.team.seats  # Seat is frozen: replace the seats
     for role, seat in list(seats.items()):
         seats[role] = dataclasses.replace(seat, temperature=0.0)
@@ -50,7 +60,7 @@ def greedy_eval(run_dir: Path, n_tasks: int) -> dict[str, Any]:
     after_rl = solved_per_task()
     trained = [r for r in cfg.workflow.order if cfg.workflow.roles[r].adapter]
     for role in trained:  # the SFT policy: each trained role's frozen reference snapshot
-        seats[role] = dataclasses.replace(seats[role], adapter=_ref(role))
+        seats[role] = dataclasses.replace(seats[role], adapter=ref_adapter(role))
     after_sft = solved_per_task()
     only_rl = sum(r and not s for r, s in zip(after_rl, after_sft, strict=True))
     only_sft = sum(s and not r for r, s in zip(after_rl, after_sft, strict=True))

@@ -5,7 +5,9 @@ read how many tokens its RL rollouts generated, then train the single-agent base
 (examples/single_coder.yaml) from the same base model, with the same seed and
 ``recipe.token_budget`` set to that number, so both spend the same generation compute on RL.
 Prints held-out success (and pass fraction) after SFT
-and after RL per seed, with mean and sample standard deviation, and writes
+and after RL per seed, with mean and sample standard deviation, sampled (the runs' own evaluations, at
+the training temperature) and greedy (``--greedy-n`` held-out tasks at temperature 0, by
+benchmarks/greedy_eval.py on each finished run; 0 skips it), and writes
 ``<results-dir>/learning_gain.json`` and ``<results-dir>/learning_gain.png``.
 
     .venv/bin/python benchmarks/learning_gain.py [--seeds 0 1 2] [--jobs 2] [--out-dir benchmarks/runs]
@@ -128,7 +130,19 @@ def run_result(run_dir: Path) -> dict[str, Any]:
     sft = evals["after_sft"]
     rl = evals.get("after_rl", sft)  # a run without RL phases (zero budget): RL changed nothing
     tokens, iterations, last = rl_token_counts(run_dir)
+    greedy: dict[str, Any] = {}
+    if (run_dir / GREEDY_FILE).exists():
+        (g,) = json.loads((run_dir / GREEDY_FILE).read_text())["runs"]
+        greedy = {
+            "greedy_sft_solved": g["sft_solved"],
+            "greedy_rl_solved": g["rl_solved"],
+            "greedy_gain_solved": g["gain"],
+            "greedy_tasks": g["tasks"],
+            "greedy_only_rl": g["only_rl"],
+            "greedy_only_sft": g["only_sft"],
+        }
     return {
+        **greedy,
         "run_dir": str(run_dir),
         "sft_solved": sft["eval/solved"],
         "rl_solved": rl["eval/solved"],
@@ -193,8 +207,25 @@ def _baseline_argv(
     return _train_argv(config, run_dir, seed, sets, defaults, [*fixed, *budget, *same_base])
 
 
-def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[Job]:
-    """Base builds first, then every seed's team run, then the baselines (each after its team run)."""
+def _greedy_argv(run_dir: Path, n_tasks: int) -> list[str]:
+    script = Path(__file__).resolve().with_name("greedy_eval.py")
+    return [
+        sys.executable,
+        str(script),
+        str(run_dir),
+        "--n",
+        str(n_tasks),
+        "--json",
+        str(run_dir / GREEDY_FILE),
+    ]
+
+
+GREEDY_FILE = "greedy_eval.json"
+
+
+def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path, greedy_n: int = 0) -> list[Job]:
+    """Base builds first, then every seed's team run, then the baselines (each after its team run), then
+    with ``greedy_n`` a greedy evaluation of each run (after it)."""
     jobs = [Job("build_team", partial(_build_argv, TEAM_CONFIG, sets), batch_dir / "build_team.log")]
     for seed in seeds:
         team = batch_dir / f"team_s{seed}"
@@ -212,6 +243,11 @@ def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[Job]:
         deps = (team.name,)
         argv = partial(_baseline_argv, single, seed, sets, team)
         jobs.append(Job(single.name, argv, single.with_suffix(".log"), deps, single))
+    if greedy_n > 0:
+        for seed in seeds:
+            for run in (batch_dir / f"team_s{seed}", batch_dir / f"single_coder_s{seed}"):
+                log = run.with_name(f"greedy_{run.name}.log")
+                jobs.append(Job(f"greedy_{run.name}", partial(_greedy_argv, run, greedy_n), log, (run.name,)))
     return jobs
 
 
@@ -245,6 +281,11 @@ OUTCOME_COLUMNS = [
     for r, short in RUNS
     for f, h in (("sft_outcome", "SFT"), ("rl_outcome", "RL"), ("gain_outcome", "gain"))
 ]
+GREEDY_COLUMNS = [
+    (r, f, f"{short} {h}", ".3f")
+    for r, short in RUNS
+    for f, h in (("greedy_sft_solved", "SFT"), ("greedy_rl_solved", "RL"), ("greedy_gain_solved", "gain"))
+]
 
 
 def mean_std(values: list[float]) -> dict[str, float | None]:
@@ -252,12 +293,21 @@ def mean_std(values: list[float]) -> dict[str, float | None]:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None}
 
 
+def has_greedy(per_seed: list[dict[str, Any]]) -> bool:
+    return all("greedy_rl_solved" in s[r] for s in per_seed for r, _ in RUNS)
+
+
 def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    fields = dict.fromkeys((r, f) for r, f, _, _ in SUCCESS_COLUMNS + OUTCOME_COLUMNS)
+    columns = SUCCESS_COLUMNS + OUTCOME_COLUMNS + (GREEDY_COLUMNS if has_greedy(per_seed) else [])
+    fields = dict.fromkeys((r, f) for r, f, _, _ in columns)
     out = {f"{r}.{f}": mean_std([s[r][f] for s in per_seed]) for r, f in fields}
     out["team_minus_coder.rl_solved"] = mean_std(
         [s["team"]["rl_solved"] - s["single_coder"]["rl_solved"] for s in per_seed]
     )
+    if has_greedy(per_seed):
+        out["team_minus_coder.greedy_rl_solved"] = mean_std(
+            [s["team"]["greedy_rl_solved"] - s["single_coder"]["greedy_rl_solved"] for s in per_seed]
+        )
     return out
 
 
@@ -286,12 +336,15 @@ def format_table(
 
 def verdicts(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for metric in ("solved", "outcome"):
-        wins = sum(s["team"][f"rl_{metric}"] > s["team"][f"sft_{metric}"] for s in per_seed)
+    for metric in ("solved", "outcome", *(("greedy_solved",) if has_greedy(per_seed) else ())):
+        rl, sft, gain = (f"rl_{metric}", f"sft_{metric}", f"gain_{metric}")
+        if metric == "greedy_solved":
+            rl, sft, gain = "greedy_rl_solved", "greedy_sft_solved", "greedy_gain_solved"
+        wins = sum(s["team"][rl] > s["team"][sft] for s in per_seed)
         out[metric] = {
             "seeds_improved": wins,
             "every_seed": wins == len(per_seed),
-            "on_average": (agg[f"team.gain_{metric}"]["mean"] or 0.0) > 0,
+            "on_average": (agg[f"team.{gain}"]["mean"] or 0.0) > 0,
         }
     return out
 
@@ -307,14 +360,19 @@ def format_verdicts(
     n = len(per_seed)
     yes = {True: "yes", False: "no"}
     lines = []
-    for metric, name in (("solved", "success"), ("outcome", "pass fraction")):
+    names = [("solved", "success", "gain_solved"), ("outcome", "pass fraction", "gain_outcome")]
+    if "greedy_solved" in v:
+        names.append(("greedy_solved", "success, greedy", "greedy_gain_solved"))
+    for metric, name, gain in names:
         m = v[metric]
         lines.append(
             f"team RL > SFT held-out {name}: on every seed {yes[m['every_seed']]} "
             f"({m['seeds_improved']}/{n}), on average {yes[m['on_average']]} "
-            f"(gain {_pm(agg[f'team.gain_{metric}'])})"
+            f"(gain {_pm(agg[f'team.{gain}'])})"
         )
     lines.append(f"team minus single coder, success after RL: {_pm(agg['team_minus_coder.rl_solved'])}")
+    if "team_minus_coder.greedy_rl_solved" in agg:
+        lines.append(f"  greedy: {_pm(agg['team_minus_coder.greedy_rl_solved'])}")
     budget_missed = [s["seed"] for s in per_seed if not s["single_coder"]["budget_reached"]]
     if budget_missed:
         lines.append(f"warning: seeds {budget_missed}: the baseline stopped before spending its token budget")
@@ -366,16 +424,21 @@ def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    groups = [
-        ({f: agg[f"{run}.{f}"] for f in SFT_RL}, {f: [s[run][f] for s in per_seed] for f in SFT_RL})
-        for run, _ in RUNS
-    ]
-    sft_rl_bars(ax, groups)
-    ax.set_xticks(range(len(RUNS)), ["team (planner, coder, reviewer, tester)", "coder alone"])
-    ax.set_ylabel("held-out success")
-    ax.set_title(f"Held-out success, mean ± std over {len(per_seed)} seed(s), equal RL tokens")
-    ax.legend()
+    panels = [("sampled (T = 0.7)", "")] + ([("greedy", "greedy_")] if has_greedy(per_seed) else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False, sharey=True)
+    for ax, (name, prefix) in zip(axes[0], panels, strict=True):
+        groups = [
+            (
+                {f: agg[f"{run}.{prefix}{f}"] for f in SFT_RL},
+                {f: [s[run][prefix + f] for s in per_seed] for f in SFT_RL},
+            )
+            for run, _ in RUNS
+        ]
+        sft_rl_bars(ax, groups)
+        ax.set_xticks(range(len(RUNS)), ["team (planner, coder, reviewer, tester)", "coder alone"])
+        ax.set_title(f"{name}: mean ± std over {len(per_seed)} seed(s)")
+        ax.legend()
+    axes[0][0].set_ylabel("held-out success (equal RL tokens)")
     save_figure(fig, path, dpi=120)
 
 
@@ -482,6 +545,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="config override for team and baseline runs alike",
     )
     parser.add_argument(
+        "--greedy-n",
+        type=int,
+        default=300,
+        help="held-out tasks of the greedy re-evaluation of every run (0: none)",
+    )
+    parser.add_argument(
         "--build-base",
         metavar="CONFIG",
         help="only build (or find in the cache) the embedded base of CONFIG, then exit",
@@ -500,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     batch_dir = args.out_dir.resolve() / time.strftime("%Y%m%d-%H%M%S")
     if batch_dir.exists():  # two invocations within one second
         batch_dir = batch_dir.with_name(f"{batch_dir.name}-{os.getpid()}")
-    jobs = plan_jobs(args.seeds, args.set, batch_dir)
+    jobs = plan_jobs(args.seeds, args.set, batch_dir, args.greedy_n)
     print(f"{len(args.seeds)} seed(s), {args.jobs} job(s) at once, runs in {batch_dir}", flush=True)
     start = time.perf_counter()
     try:
@@ -542,6 +611,10 @@ def main(argv: list[str] | None = None) -> int:
             "held-out pass fraction (mean fraction of hidden tests passed)", OUTCOME_COLUMNS, per_seed, agg
         )
     )
+    if has_greedy(per_seed):
+        print()
+        title = f"held-out success, greedy decoding ({args.greedy_n} tasks, one episode each)"
+        print(format_table(title, GREEDY_COLUMNS, per_seed, agg))
     print()
     print(format_verdicts(per_seed, agg, v))
     result = {

@@ -43,7 +43,7 @@ def script() -> ModuleType:
 @pytest.mark.slow
 def test_one_seed_gives_per_seed_numbers_an_equal_token_baseline_and_a_plot(script, tmp_path, capsys):
     sets = [*TINY, f"policies.default.embedded.cache_dir={tmp_path / 'cache'}"]
-    argv = ["--seeds", "0", "--jobs", "1", "--out-dir", str(tmp_path / "runs")]
+    argv = ["--seeds", "0", "--jobs", "1", "--out-dir", str(tmp_path / "runs"), "--greedy-n", "3"]
     argv += ["--results-dir", str(tmp_path / "res")]
     assert script.main(argv + [a for s in sets for a in ("--set", s)]) == 0
 
@@ -65,7 +65,12 @@ def test_one_seed_gives_per_seed_numbers_an_equal_token_baseline_and_a_plot(scri
     assert single["budget_reached"] and single["rl_iterations"] > 1
     assert result["aggregate"]["team.rl_solved"]["mean"] == team["rl_solved"]
     assert result["aggregate"]["team.rl_solved"]["std"] is None  # one seed: no spread
-    assert len(result["commands"]) == 3  # base build, team run, baseline run (on the same base)
+    # base build, team run, baseline run (on the same base), a greedy re-evaluation of each run
+    assert len(result["commands"]) == 5
+    for run in (team, single):
+        assert run["greedy_tasks"] == 3 and 0.0 <= run["greedy_rl_solved"] <= 1.0
+        assert run["greedy_gain_solved"] == pytest.approx(run["greedy_rl_solved"] - run["greedy_sft_solved"])
+    assert "greedy decoding (3 tasks" in out and "greedy_solved" in result["team_rl_beats_sft"]
     png = (tmp_path / "res" / "learning_gain.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
 
