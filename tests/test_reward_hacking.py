@@ -325,6 +325,30 @@ def test_a_tester_line_with_a_code_message_never_runs_it(sandbox) -> None:
     assert episode.verifier["tests_on_buggy"] == [False]
 
 
+# ---------------------------------------------------------------- the planner's exploit
+
+
+def test_a_plan_that_names_every_item_of_the_suite_is_not_paid_for_it(sandbox) -> None:
+    from teamrl.rewards.credit import plan_coverage
+    from teamrl.tasks.programming import ProgrammingTaskSuite, plan_vocabulary
+
+    task = ProgrammingTaskSuite().fixed_set("train", 1)[0]
+    spam = " ".join(sorted(plan_vocabulary()))
+    keys = list(task.plan_keys)
+
+    def planner_score(plan: str) -> float:
+        cfg = load_config(overrides=["workflow.order=[planner, coder]"])
+        replies = {"planner": [f"<plan>{plan}</plan>"], "coder": [f"<code>{task.reference_solution}</code>"]}
+        team = Team({role: Seat(script=lambda call, r=role: replies[r].pop(0)) for role in replies})
+        episode = asyncio.run(pipeline(team, task, cfg.workflow, sandbox))
+        assign_rewards(cfg, episode)
+        return episode.process["planner"]
+
+    assert planner_score(task.plan) == 1.0  # the expert's plan
+    assert planner_score(spam) <= (len(keys) + 1) / len(plan_vocabulary()) < 0.25
+    assert plan_coverage("abcd", ["ab", "cd"]) == 0.0  # keys count as words, not as substrings
+
+
 # ---------------------------------------------------------------- answer checkers and self-play
 
 

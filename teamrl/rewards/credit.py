@@ -3,7 +3,9 @@
 Outcome R: pass fraction of the hidden tests on the final code. Process score p_i per role,
 measured by running things, not by opinion:
 
-- plan: the fraction of the task's key items (operations, constants) that the plan names;
+- plan: the fraction of the task's key items (operations, constants) that the plan names, scaled
+  down when it also names many items the task does not have (a list of every operation and
+  constant is not a plan);
 - code: without a revision, the pass fraction of the first version; with revisions, the share
   of revisions that raised the pass fraction (or kept a perfect one);
 - review: the share of verdicts that match whether the code it saw passes every hidden test;
@@ -29,11 +31,21 @@ from teamrl.config import RewardConfig, RoleConfig
 from teamrl.protocol import Episode
 
 
-def plan_coverage(plan: str | None, keys: list[str]) -> float:
+def plan_words(plan: str | None) -> set[str]:
+    return set(re.findall(r"[A-Za-z_]+|-?\d+", plan.lower())) if plan else set()
+
+
+def plan_coverage(plan: str | None, keys: list[str], named_other: Sequence[str] = ()) -> float:
+    """The share of ``keys`` the plan names as words, times ``min(1, (len(keys) + 1) / named)``, where
+    ``named`` counts the keys it names plus ``named_other``: the other key items of the suite it names
+    (the verifier lists them). One stray item is free ("go over each item" names the word "go");
+    naming every item of the suite to cover any task is not."""
     if not plan or not keys:
         return 0.0
-    words = set(re.findall(r"[A-Za-z_]+|-?\d+", plan.lower()))
-    return sum(k.lower() in words or k.lower() in plan.lower() for k in keys) / len(keys)
+    words = plan_words(plan)
+    hits = sum(k.lower() in words for k in keys)
+    named = hits + len(set(named_other))
+    return hits / len(keys) * (min(1.0, (len(keys) + 1) / named) if named else 0.0)
 
 
 def score_tester(on_reference: list[bool], on_buggy: list[bool]) -> float:
@@ -80,7 +92,7 @@ def process_scores(episode: Episode, roles: dict[str, RoleConfig]) -> dict[str, 
     for turn in episode.turns:
         kind = roles[turn.role].kind
         if kind == "plan":
-            add(turn.role, plan_coverage(v.get("plan"), v.get("plan_keys", [])))  # type: ignore[arg-type]
+            add(turn.role, plan_coverage(v.get("plan"), v.get("plan_keys", []), v.get("plan_other", [])))  # type: ignore[arg-type]
         elif kind == "tests":
             add(turn.role, score_tester(v.get("tests_on_reference", []), v.get("tests_on_buggy", [])))  # type: ignore[arg-type]
     return {role: sum(vals) / len(vals) for role, vals in scores.items()}
@@ -169,7 +181,7 @@ def _pipeline_scored_turns(episode: Episode, roles: dict[str, RoleConfig]) -> li
         elif i in reviewed:
             score = _verdict_score(episode, i, reviewed[i])
         elif turn.role in roles and roles[turn.role].kind == "plan":
-            score = plan_coverage(v.get("plan"), v.get("plan_keys", []))  # type: ignore[arg-type]
+            score = plan_coverage(v.get("plan"), v.get("plan_keys", []), v.get("plan_other", []))  # type: ignore[arg-type]
         elif turn.role in roles and roles[turn.role].kind == "tests":
             score = score_tester(v.get("tests_on_reference", []), v.get("tests_on_buggy", []))  # type: ignore[arg-type]
         else:

@@ -749,6 +749,18 @@ def _semantic_space(family: str, difficulty: int) -> tuple[tuple[Params, float],
     )
 
 
+@cache
+def plan_vocabulary() -> frozenset[str]:
+    """Every key item (operation word, constant) a task of this suite can ask a plan to name."""
+    return frozenset(
+        key.lower()
+        for fam in _FAMILIES.values()
+        for d in DIFFICULTIES
+        for params in fam.space(d)
+        for key in fam.shape(params).keys
+    )
+
+
 # ---------------------------------------------------------------- the suite
 
 

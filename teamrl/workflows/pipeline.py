@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from teamrl.config import WorkflowConfig
 from teamrl.engine.team import Team
 from teamrl.protocol import Episode, Turn
-from teamrl.tasks.programming import ProgrammingTask
+from teamrl.rewards.credit import plan_words
+from teamrl.tasks.programming import ProgrammingTask, plan_vocabulary
 from teamrl.tasks.sandbox import Sandbox
 from teamrl.tasks.sandbox.calls import judge_many, parse_asserts
 
@@ -132,6 +133,10 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
         "reviews": [list(r) for r in state.reviews],
         "plan": state.plan,
         "plan_keys": list(task.plan_keys),
+        # the suite's other key items the plan names: a plan that lists them all is scaled down
+        "plan_other": sorted(
+            (plan_words(state.plan) & plan_vocabulary()) - {k.lower() for k in task.plan_keys}
+        ),
         "tests": [t.text(task.func_name) for t in tests],
         "tests_on_reference": on_reference,
         "tests_on_buggy": on_buggy,
