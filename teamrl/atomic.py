@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -10,6 +11,60 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+# how libraries that lose the errno (safetensors, a Rust error) word a full disk
+_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "StorageFull", "os error 28", "os error 122")
+
+
+class DiskFull(OSError):
+    """The disk (or the quota) filled up while ``filename`` was being written."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(errno.ENOSPC, "no space left on device", str(path))
+
+    def __str__(self) -> str:
+        return f"no space left on device while writing {self.filename}"
+
+
+def is_disk_full(exc: BaseException, where: Path | None = None) -> bool:
+    """Whether ``exc`` (or an exception it wraps) is a full disk; with ``where``, also when a library
+    error that names no cause (torch's "file write failed") came with less than 1 MiB free there."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL:
+            return True
+        if any(words in str(seen) for words in _FULL_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    if where is None:
+        return False
+    try:
+        return shutil.disk_usage(where).free < 1 << 20
+    except OSError:
+        return False
+
+
+@contextmanager
+def reporting_full_disk(path: Path, where: Path | None = None) -> Iterator[None]:
+    """Turn a full disk met while writing ``path`` into :class:`DiskFull` naming it."""
+    try:
+        yield
+    except DiskFull:
+        raise
+    except Exception as exc:
+        if is_disk_full(exc, where):
+            raise DiskFull(path) from exc
+        raise
+
+
+def fsync_directory(path: Path) -> None:
+    """Make the entries of directory ``path`` (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) atomically: see :func:`atomic_write_bytes`."""
@@ -17,18 +72,21 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync it, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` to a temp file beside ``path``, fsync it, then rename it over ``path``.
+
+    A full disk raises :class:`DiskFull` naming ``path``."""
+    with reporting_full_disk(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def recover_directory(target: Path) -> None:

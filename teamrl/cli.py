@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +60,35 @@ def _result_table(summary: dict[str, Any], cfg: Config) -> None:
     console.print(f"run written to [bold]{summary['run_dir']}[/bold]")
 
 
+@contextmanager
+def _stop_on_sigterm(trainer: Any) -> Iterator[None]:
+    """While training, SIGTERM (a scheduler, ``kill``) stops the run at its next checkpoint, the end of
+    the current iteration; a second SIGTERM stops it at once. The previous handler comes back after."""
+
+    def handler(signum: int, frame: object) -> None:
+        if trainer.stop_requested:
+            raise KeyboardInterrupt
+        trainer.request_stop("SIGTERM")
+        # os.write: print is not safe in a handler (it may interrupt a print)
+        os.write(2, b"\nteamrl: SIGTERM: stopping after this iteration's checkpoint (again: stop now)\n")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals stay as they are
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    from teamrl.atomic import DiskFull
     from teamrl.distributed import ActorLost
-    from teamrl.trainer.trainer import Trainer, resume_config
+    from teamrl.trainer.checkpoints import CheckpointError
+    from teamrl.trainer.run_lock import RunDirectoryInUse
+    from teamrl.trainer.trainer import Trainer, TrainingStopped, resume_config
 
     if args.resume:
         if args.config or args.set:
@@ -79,17 +108,33 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
             return 2
     print(f"run directory: {run_dir}")
-    trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
+    resume = f"teamrl train --resume {run_dir}"
+    trainer = None
     try:
-        summary = trainer.fit()
+        trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
+        with _stop_on_sigterm(trainer):
+            summary = trainer.fit()
+    except (RunDirectoryInUse, CheckpointError) as exc:
+        print(f"teamrl: {exc}", file=sys.stderr)
+        return 2
+    except DiskFull as exc:  # the checkpoints before it are intact
+        print(f"teamrl: {exc}; free space and resume with: {resume}", file=sys.stderr)
+        return 1
+    except TrainingStopped as exc:
+        print(f"\nteamrl: {exc}; continue with: {resume}", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print(f"\ninterrupted; continue with: teamrl train --resume {run_dir}", file=sys.stderr)
+        if trainer is not None and trainer.stop_requested:  # a second SIGTERM
+            print(f"\nteamrl: stopped by SIGTERM; continue with: {resume}", file=sys.stderr)
+            return 143
+        print(f"\ninterrupted; continue with: {resume}", file=sys.stderr)
         return 130
     except ActorLost as exc:  # a Ray rollout worker lost too often, or the Ray learner lost
-        print(f"teamrl: {exc}\ncontinue with: teamrl train --resume {run_dir}", file=sys.stderr)
+        print(f"teamrl: {exc}\ncontinue with: {resume}", file=sys.stderr)
         return 1
     finally:
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
     _result_table(summary, cfg)
     _write_run_report(run_dir)
     return 0
@@ -108,6 +153,7 @@ def _write_run_report(run_dir: Path) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from teamrl.trainer.checkpoints import CheckpointError
     from teamrl.trainer.trainer import Trainer, resume_config
 
     run_dir = Path(args.run_dir)
@@ -116,7 +162,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg.tasks.heldout_size = args.n
     if args.backend:
         cfg.run.backend = args.backend
-    trainer = Trainer(cfg, run_dir, resume=True)
+    try:
+        trainer = Trainer(cfg, run_dir, read_only=True)  # no lock: a run may be training there
+    except CheckpointError as exc:
+        print(f"teamrl eval: {exc}", file=sys.stderr)
+        return 2
     try:
         result = trainer.evaluate("eval", save_episodes=True)
     finally:

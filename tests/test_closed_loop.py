@@ -244,7 +244,8 @@ def test_a_resumed_closed_loop_reads_its_decisions_back(tmp_path, monkeypatch):
         {"round": 2, "picked": "coder", "iterations": 5},
     ]
     (tmp_path / "run" / "closed_loop.jsonl").write_text("".join(json.dumps(d) + "\n" for d in logged))
-    fake = SimpleNamespace(cfg=cfg, run_dir=tmp_path / "run", state=TrainerState(phase=1))
+    # in round 2, after a checkpoint of its first iteration
+    fake = SimpleNamespace(cfg=cfg, run_dir=tmp_path / "run", state=TrainerState(phase=1, phase_iteration=1))
 
     def no_measuring(*_):
         raise AssertionError("a logged decision must not be measured again")
@@ -256,6 +257,42 @@ def test_a_resumed_closed_loop_reads_its_decisions_back(tmp_path, monkeypatch):
     assert (loop[1].name, loop[1].roles, loop[1].iterations) == ("round2/coder", ("coder",), 5)
     with pytest.raises(IndexError, match="no round 4"):
         loop[3]
+
+
+def test_a_decision_made_after_the_last_checkpoint_logs_its_metrics_row_again(tmp_path, monkeypatch):
+    """Killed after deciding round 2 but before a checkpoint of it: the resume cut metrics.jsonl back to
+    the checkpoint, so the decision read back logs its row again (the later, stray decision goes)."""
+    cfg = closed_loop_cfg(tmp_path, "recipe.rounds=3")
+    (tmp_path / "run").mkdir()
+    logged = [
+        {"round": r, "picked": "coder", "iterations": 4, "success": 0.25, "outcome": 0.5, "probe_tokens": 7}
+        | {"roles": {"planner": {"process": 0.5}, "coder": {"process": 0.125}}}
+        for r in (1, 2, 3)
+    ]
+    (tmp_path / "run" / "closed_loop.jsonl").write_text("".join(json.dumps(d) + "\n" for d in logged))
+    rows = []
+    fake = SimpleNamespace(
+        cfg=cfg, run_dir=tmp_path / "run", state=TrainerState(phase=1, step=4), log_metrics=rows.append
+    )
+    monkeypatch.setattr(closed_loop, "measure_roles", lambda *_: pytest.fail("measured again"))
+    loop = ClosedLoop(fake)  # type: ignore[arg-type]
+    assert loop[0].name == "round1/coder" and rows == []  # covered by the checkpoint
+    assert loop[1].name == "round2/coder"
+    assert rows == [
+        {
+            "step": 4,
+            "closed_loop/round": 2.0,
+            "closed_loop/success": 0.25,
+            "closed_loop/outcome": 0.5,
+            "closed_loop/probe_tokens": 7.0,
+            "closed_loop/picked": "coder",
+            "closed_loop/process/planner": 0.5,
+            "closed_loop/process/coder": 0.125,
+        }
+    ]
+    assert loop[1].name == "round2/coder" and len(rows) == 1  # once
+    kept = (tmp_path / "run" / "closed_loop.jsonl").read_text().splitlines()
+    assert [json.loads(line)["round"] for line in kept] == [1, 2]
 
 
 def test_one_real_round_measures_every_role_and_trains_the_weakest(tmp_path, monkeypatch):

@@ -349,6 +349,7 @@ def test_cli_train_writes_the_report_at_the_end_and_a_failure_only_warns(
 
     fake = types.ModuleType("teamrl.trainer.trainer")
     fake.Trainer, fake.resume_config = FakeTrainer, None
+    fake.TrainingStopped = type("TrainingStopped", (Exception,), {})
     monkeypatch.setitem(sys.modules, "teamrl.trainer.trainer", fake)
     args = ["train", "--set", f"run.out_dir={tmp_path}", "--set", "run.name=r1"]
     assert cli_main(args) == 0

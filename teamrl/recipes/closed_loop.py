@@ -154,6 +154,21 @@ def measure_roles(trainer: Trainer, roles: Sequence[str]) -> Measurement:
     return m
 
 
+def _metrics_row(decision: dict[str, Any], step: int) -> dict[str, Any]:
+    """A decision's row of metrics.jsonl."""
+    row: dict[str, Any] = {
+        "step": step,
+        "closed_loop/round": float(decision["round"]),
+        "closed_loop/success": decision["success"],
+        "closed_loop/outcome": decision["outcome"],
+        "closed_loop/probe_tokens": float(decision["probe_tokens"]),
+        "closed_loop/picked": decision["picked"],
+    }
+    for role, figs in decision["roles"].items():
+        row.update({f"closed_loop/{name}/{role}": value for name, value in figs.items()})
+    return row
+
+
 class ClosedLoop:
     """The phases of recipe closed_loop, decided as the trainer reaches them.
 
@@ -167,7 +182,14 @@ class ClosedLoop:
         self.roles = trainer.cfg.trained_roles()
         self.decision_log = JsonlLog(trainer.run_dir / DECISION_LOG)
         # decisions of a resumed run; any after the phase in progress belong to nothing trained yet
-        self.decisions: list[dict[str, Any]] = self.decision_log.read()[: trainer.state.phase + 1]
+        logged = self.decision_log.lines()
+        self.decisions: list[dict[str, Any]] = [d for d in logged if d is not None][: trainer.state.phase + 1]
+        if logged != self.decisions:  # later decisions, or a line cut by a crash, go
+            self.decision_log.rewrite(self.decisions)
+        # the decision of the phase in progress, made after the checkpoint (none of its iterations
+        # is): its metrics row went with the rows past the checkpoint, so it is logged again
+        st = trainer.state
+        self._relog = st.phase if st.phase_iteration == 0 and st.phase < len(self.decisions) else None
 
     def __len__(self) -> int:
         return self.trainer.cfg.recipe.rounds
@@ -179,6 +201,9 @@ class ClosedLoop:
             raise IndexError(f"closed_loop decides its rounds in order: round {index} is not decided yet")
         if index == len(self.decisions):
             self.decisions.append(self.decide(index))
+        elif index == self._relog:
+            self._relog = None
+            self.trainer.log_metrics(_metrics_row(self.decisions[index], self.trainer.state.step))
         decision = self.decisions[index]
         return Phase(f"round{index + 1}/{decision['picked']}", (decision["picked"],), decision["iterations"])
 
@@ -243,17 +268,7 @@ class ClosedLoop:
                 "success_after": m.success,
             }
         self.decision_log.append(record)
-        metrics: dict[str, Any] = {
-            "step": trainer.state.step,
-            "closed_loop/round": float(index + 1),
-            "closed_loop/success": m.success,
-            "closed_loop/outcome": m.outcome,
-            "closed_loop/probe_tokens": float(m.generated_tokens),
-            "closed_loop/picked": picked,
-        }
-        for role, figs in figures.items():
-            metrics.update({f"closed_loop/{name}/{role}": value for name, value in figs.items()})
-        trainer.log_metrics(metrics)
+        trainer.log_metrics(_metrics_row(record, trainer.state.step))
         shown = ", ".join(f"{role} {figs[key]:+.3f}" for role, figs in figures.items())
         if record.get("no_influence"):
             shown += f" (no influence: {', '.join(record['no_influence'])})"

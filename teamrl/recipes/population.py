@@ -215,7 +215,8 @@ class Population:
         self.drawn: dict[str, str] = {}  # pool seat -> the snapshot (or current learner) it plays now
         self._loaded: dict[str, str] = {}  # adapter slot -> the snapshot it holds
         self._evicted: list[Path] = []  # snapshots evicted since the last checkpoint
-        self._stale: list[Path] = []  # evicted before the last checkpoint: deleted at the next one
+        # those evicted before each kept checkpoint (oldest first): an older checkpoint still names them
+        self._named: list[list[Path]] = []
         # Outside the iterations the opponent seats play their learner's current adapter.
         for seat, source in self.opponents.items():
             trainer.team.seats[seat] = self._seat(seat, source, adapter=source)
@@ -398,13 +399,18 @@ class Population:
                 log.info(line)
 
     def save(self, directory: Path) -> None:
-        """Write the state into a checkpoint being written; delete the snapshots evicted before the last
-        checkpoint (which no longer names them), keep the newer ones until the next."""
-        for path in self._stale:
-            shutil.rmtree(path, ignore_errors=True)
-        self._stale, self._evicted = self._evicted, []
+        """Write the state into a checkpoint being written."""
+        self._named.append(self._evicted)
+        self._evicted = []
         directory.mkdir(parents=True, exist_ok=True)
         (directory / STATE).write_text(json.dumps(self.table()))
+
+    def saved(self) -> None:
+        """Delete the evicted snapshots that no kept checkpoint names (a resume may fall back to the
+        oldest of the ``run.keep_checkpoints``), keep the others."""
+        while len(self._named) >= self.trainer.cfg.run.keep_checkpoints:
+            for path in self._named.pop(0):
+                shutil.rmtree(path, ignore_errors=True)
 
     def restore(self, directory: Path) -> None:
         """Restore pools, results and ratings from a checkpoint; delete snapshot directories it does not

@@ -37,6 +37,10 @@ class IterationHooks(Protocol):
         """Write the recipe's state into a checkpoint being written."""
         ...
 
+    def saved(self) -> None:
+        """That checkpoint is complete, and only the newest ``run.keep_checkpoints`` are kept."""
+        ...
+
     def restore(self, directory: Path) -> None:
         """Read it back from a checkpoint (a resumed run); the directory may not exist."""
         ...

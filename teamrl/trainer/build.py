@@ -38,6 +38,7 @@ from teamrl.rewards.credit import apply_credit, assign_hybrid_rewards
 from teamrl.tasks.programming import ProgrammingTask, ProgrammingTaskSuite
 from teamrl.tasks.reasoning import ReasoningTask, ReasoningTaskSuite, TaskFileSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
+from teamrl.trainer.faults import fault_point
 from teamrl.trainer.learner import ref_adapter
 from teamrl.workflows.debate import assign_debate_rewards, debate
 from teamrl.workflows.experts import debate_experts, pipeline_experts, self_play_experts
@@ -118,7 +119,12 @@ def episode_factories(
 
     def factory(task: Task, g: int) -> Callable[[], Awaitable[Episode]]:
         seeds = EpisodeSeeds(rollout, derive_seed(rollout, task.task_id, g)) if seeding else None
-        return lambda: seeded(play_episode(cfg, team, task, sandbox, group=g), seeds)
+
+        def start() -> Awaitable[Episode]:
+            fault_point("episode")  # the crash tests' kill point mid-rollout
+            return seeded(play_episode(cfg, team, task, sandbox, group=g), seeds)
+
+        return start
 
     return [factory(t, g) for t in tasks for g in range(group_size)]
 
