@@ -80,7 +80,8 @@ def _stop_on_sigterm(trainer: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if previous is not None:  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

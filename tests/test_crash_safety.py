@@ -5,8 +5,8 @@ file) fall back to the one before or stop with an error naming the file, a metri
 repaired, SIGTERM stops at a checkpoint with exit code 143, a second process is refused the run
 directory, and a full disk stops the run with a message, its checkpoints intact.
 
-The killed runs live in children of one driver process (tests/crash_driver.py), which pays the imports
-once; each scenario still costs about a whole tiny run, hence ``slow``.
+The runs live in children of one driver process (tests/crash_driver.py), which pays the imports once;
+each chain of kills still costs a whole tiny run and its replays, hence ``slow``.
 """
 
 from __future__ import annotations
@@ -39,20 +39,28 @@ CRASH_RUN = [
     "run.eval_samples=1",
 ]
 # Checkpoints of that run: 1 after SFT (step 0), 2 and 3 after iterations 1 and 2, 4 after phase 1's
-# evaluation (step 2), 5 and 6 after iterations 3 and 4, 7 at the end. Episodes: 2 per evaluation, 4 per
-# iteration (the evaluation after SFT plays episodes 1-2, iteration 1 episodes 3-6, ...). Evaluations:
-# 1 after SFT, 2 at step 2, 3 after phase 1, 4 at step 4, 5 after RL.
-KILLS = {  # scenario -> the faults of the attempts killed one after the other; the last attempt then finishes
-    "during_sft": ["sft:2"],
-    "mid_rollout": ["episode:5"],
-    "right_after_a_metrics_append": ["metrics_appended:5"],
-    "between_checkpoint_files_after_an_evaluation": ["checkpoint_file:4"],
-    "between_the_checkpoint_renames": ["checkpoint_renamed:3"],
-    "right_after_an_evaluation": ["evaluated:3"],
-    "after_the_sft_row_then_mid_rollout": ["metrics_appended:1", "episode:9"],
-    "in_the_sft_checkpoint_then_while_pruning": ["checkpoint_file:1", "checkpoint_pruning:1"],
+# evaluation (step 2), 5 and 6 after iterations 3 and 4, 7 at the end; each save but the first two deletes
+# the oldest. Evaluations: after SFT, at step 2, after phase 1, at step 4, after RL; 2 episodes each, 4 an
+# iteration. The fault counts below are of one attempt, a process (see each comment for where it lands).
+CHAINS = {  # a run killed again and again, each attempt resuming the one before: [(fault, exit code)]
+    "early": [
+        ("sft:2", -9),  # SIGKILL during SFT, after its second role
+        ("metrics_appended:1", -9),  # (SFT again) right after the evaluation row after SFT is appended
+        ("checkpoint_file:1", -9),  # (SFT again) inside the first checkpoint, between its files
+        ("episode:5", -9),  # mid-rollout of iteration 1, checkpoint 1 written
+        ("checkpoint_renamed:2", -9),  # checkpoint 3 renamed into place, the `checkpoint` link not moved
+        (None, 0),
+    ],
+    "late": [
+        ("evaluated:3", -9),  # right after the evaluation that ends phase 1, before its row
+        ("checkpoint_file:1", -9),  # (that evaluation again) inside its checkpoint, between files
+        ("checkpoint_pruning:1", -9),  # deleting checkpoint 2 after writing checkpoint 4
+        ("metrics_appended:1", -9),  # right after iteration 3's row is appended
+        ("episode:6:INT", 130),  # Ctrl-C mid-rollout of iteration 4: stops at once
+        (None, 0),
+    ],
+    "sigterm": [("episode:17:TERM", 143), (None, 0)],  # mid iteration 3: stops after its checkpoint
 }
-SIGNALS = {"sigterm": ("episode:17:TERM", 143), "sigint": ("episode:9:INT", 130)}
 
 
 def train_argv(root: Path, cache: Path, name: str) -> list[str]:
@@ -111,26 +119,16 @@ def assert_like_the_baseline(run: Path, baseline: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The uninterrupted run (``baseline``), every scenario of KILLS and SIGNALS, and a snapshot of the
-    run SIGTERM stopped (``stopped``: checkpoints 4 and 5, step 3), all in one driver."""
+    """The uninterrupted run (``baseline``), the CHAINS, and a copy of the run SIGTERM stopped
+    (``stopped``: checkpoints 4 and 5, step 3), all in one driver."""
     root = tmp_path_factory.mktemp("crash")
     cache = root / "cache"
     attempts = [{"argv": train_argv(root, cache, "baseline"), "log": str(root / "baseline.log")}]
-    for name, faults in KILLS.items():
-        for i, fault in enumerate([*faults, None]):
+    for name, chain in CHAINS.items():
+        for i, (fault, _) in enumerate(chain):
             argv = train_argv(root, cache, name) if i == 0 else ["train", "--resume", str(root / name)]
             attempts.append({"argv": argv, "fault": fault, "log": str(root / f"{name}.{i}.log")})
-    for name, (fault, _) in SIGNALS.items():
-        attempts.append(
-            {
-                "argv": train_argv(root, cache, name),
-                "fault": fault,
-                "log": str(root / f"{name}.0.log"),
-                "run_dir": str(root / name),
-                "snapshot": str(root / "stopped") if name == "sigterm" else None,
-            }
-        )
-        attempts.append({"argv": ["train", "--resume", str(root / name)], "log": str(root / f"{name}.1.log")})
+    attempts[-2] |= {"run_dir": str(root / "sigterm"), "snapshot": str(root / "sigterm.stopped")}
     codes = drive(root, attempts)
     (root / "codes_by_log.json").write_text(
         json.dumps({Path(a["log"]).stem: c for a, c in zip(attempts, codes, strict=True)})
@@ -163,26 +161,23 @@ def test_the_baseline_trains_every_adapter_it_should(runs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", list(KILLS))
-def test_a_run_killed_and_resumed_ends_like_the_uninterrupted_one(runs, scenario):
-    assert codes(runs, scenario) == [-9] * len(KILLS[scenario]) + [0]
-    assert_like_the_baseline(runs / scenario, runs / "baseline")
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_a_run_killed_again_and_again_ends_like_the_uninterrupted_one(runs, name):
+    assert codes(runs, name) == [code for _, code in CHAINS[name]]
+    for i, (_, code) in enumerate(CHAINS[name]):
+        log = (runs / f"{name}.{i}.log").read_text()
+        assert "Traceback" not in log
+        if code in (130, 143):  # a signal Python handles: the command to continue
+            assert f"continue with: teamrl train --resume {runs / name}" in log
+    assert_like_the_baseline(runs / name, runs / "baseline")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(SIGNALS))
-def test_sigterm_and_sigint_stop_with_a_checkpoint_and_resume_exactly(runs, name):
-    fault, code = SIGNALS[name]
-    assert codes(runs, name) == [code, 0]
-    out = (runs / f"{name}.0.log").read_text()
-    assert f"continue with: teamrl train --resume {runs / name}" in out and "Traceback" not in out
-    if name == "sigterm":  # it finished iteration 3, wrote its checkpoint, then stopped
-        assert "stopped by SIGTERM after step 3, with a checkpoint" in out
-        assert [c.name for c in checkpoint_dirs(runs / "stopped")] == [
-            "000005-step-000003",
-            "000004-step-000002",
-        ]
-    assert_like_the_baseline(runs / name, runs / "baseline")
+def test_sigterm_stops_after_the_iterations_checkpoint(runs):
+    log = (runs / "sigterm.0.log").read_text()
+    assert "stopped by SIGTERM after step 3, with a checkpoint" in log
+    kept = [c.name for c in checkpoint_dirs(runs / "sigterm.stopped")]
+    assert kept == ["000005-step-000003", "000004-step-000002"]
 
 
 def flip_bytes(path: Path) -> None:
@@ -245,7 +240,7 @@ def damaged(runs: Path) -> Path:
     root.mkdir()
     attempts = []
     for name, (damage, _, _) in DAMAGE.items():
-        shutil.copytree(runs / "stopped", root / name, symlinks=True)
+        shutil.copytree(runs / "sigterm.stopped", root / name, symlinks=True)
         damage(root / name)
         attempts.append({"argv": ["train", "--resume", str(root / name)], "log": str(root / f"{name}.log")})
     codes = drive(root, attempts)
@@ -372,3 +367,22 @@ def test_a_full_disk_stops_the_run_with_a_message_and_a_retry_does_not_redo_sft(
     assert cli_main(["train", "--resume", str(run)]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], "phase" in r) for r in rows] == [(0, False), (1, True), (2, True), (2, False)]
+
+
+def test_sigterm_asks_for_a_stop_a_second_one_stops_at_once_and_the_handler_is_put_back():
+    import os
+    import signal
+    from types import SimpleNamespace
+
+    from teamrl.cli import _stop_on_sigterm
+
+    reasons = []
+    trainer = SimpleNamespace(request_stop=reasons.append)
+    trainer.stop_requested = None
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), _stop_on_sigterm(trainer):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert reasons == ["SIGTERM"]  # the first: a request, training goes on
+        trainer.stop_requested = "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)  # the second: at once
+    assert signal.getsignal(signal.SIGTERM) is before
