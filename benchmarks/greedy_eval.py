@@ -33,7 +33,7 @@ def greedy_eval(run_dir: Path, n_tasks: int) -> dict[str, Any]:
     cfg.tasks.heldout_size = n_tasks
     cfg.run.eval_samples = 1
     cfg.run.progress = False
-    trainer = Trainer(cfg, run_dir, resume=True)
+    trainer = Trainer(cfg, run_dir, resume=True, read_only=True)
     try:
         return _greedy(trainer, run_dir, n_tasks)
     finally:

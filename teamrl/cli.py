@@ -57,6 +57,10 @@ def _result_table(summary: dict[str, Any], cfg: Config) -> None:
         table.add_row(*cells)
     console = Console()
     console.print(table)
+    if summary.get("sandbox_isolation") == "rlimits":
+        console.print(
+            "[yellow]sandbox.isolation: rlimits: model-written code ran without file-system isolation[/]"
+        )
     console.print(f"run written to [bold]{summary['run_dir']}[/bold]")
 
 

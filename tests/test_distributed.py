@@ -6,6 +6,7 @@ to install it. One local Ray instance serves the whole module."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib.util
 import json
@@ -23,6 +24,7 @@ from trainer_spy import record_updates
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, load_config
 from teamrl.engine.team import Team
+from teamrl.tasks.sandbox.calls import clear_cache
 from teamrl.trainer.build import build_sandbox, build_suite, embedded_checkpoint, expert_seats, play_episode
 from teamrl.trainer.trainer import Trainer
 
@@ -275,15 +277,18 @@ def test_an_episode_whose_sandbox_worker_dies_completes(ray_sandbox, ray_instanc
     task = build_suite(cfg).fixed_set("heldout", 1)[0]
 
     def episode(sandbox):  # scripted experts: the same turns every time
+        clear_cache()  # every episode runs its checks (identical ones are judged once)
         return asyncio.run(play_episode(cfg, Team(expert_seats(cfg, random.Random(3))), task, sandbox))
 
     in_process = episode(build_sandbox(cfg))
+    first = in_process.turns[in_process.verifier["code_turns"][0]].message.content
     kills: list[int] = []
     submit = ray_sandbox._submit
 
-    def submit_and_kill(i, *args):
-        ref = submit(i, *args)
-        if kills.count(0) < kills_wanted:
+    def submit_and_kill(i, source, stdin):
+        ref = submit(i, source, stdin)
+        # kill the worker running the first code version's check (the other checks go on, or are retried)
+        if ast.literal_eval(stdin)["code"] == first and len(kills) < kills_wanted:
             ray_instance.kill(ray_sandbox.workers[i])
             kills.append(i)
         return ref
@@ -291,13 +296,14 @@ def test_an_episode_whose_sandbox_worker_dies_completes(ray_sandbox, ray_instanc
     ray_sandbox._submit = submit_and_kill
     kills_wanted = 1  # its worker dies: the check is retried on the replacement, with the same verdicts
     retried = episode(ray_sandbox)
-    assert retried.verifier == in_process.verifier and in_process.verifier["code_pass"]
-    kills_wanted = 3  # the replacement dies as well: recorded, and the checks count as failed
+    assert kills == [0] and retried.verifier == in_process.verifier and in_process.verifier["code_pass"]
+    kills_wanted = 3  # the replacement dies as well: recorded, and the check counts as failed
     lost = episode(ray_sandbox)
-    assert kills == [0, 0, 0] and ray_sandbox.replacements == 3 and ray_sandbox.lost == 1
+    assert kills == [0, 0, 0] and ray_sandbox.lost >= 1
     assert "died twice" in lost.verifier["sandbox_error"]
-    assert lost.verifier["code_pass"] == [0.0] * len(in_process.verifier["code_pass"])
-    assert not lost.verifier["solved"] and lost.outcome == 0.0
+    assert lost.verifier["code_pass"][0] == 0.0 < in_process.verifier["code_pass"][0]
+    for got, wanted in zip(lost.verifier["code_pass"][1:], in_process.verifier["code_pass"][1:], strict=True):
+        assert got in (wanted, 0.0)  # a check that was on the killed replacement may be lost too
 
 
 def test_an_unreachable_ray_address_fails_fast_with_a_clear_message(

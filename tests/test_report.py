@@ -271,6 +271,17 @@ def test_a_run_in_progress_and_a_truncated_line_give_a_warning_not_an_error(tmp_
     assert "running" in page
 
 
+def test_a_run_whose_code_ran_without_bubblewrap_says_so(tmp_path):
+    run = make_team_run(tmp_path / "weak")
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "sandbox_isolation": "rlimits"}))
+    result = write_report([run], tmp_path / "out")
+    assert any("sandbox.isolation: rlimits" in w for w in result.warnings)
+    assert "no file-system isolation" in result.index.read_text()
+    strong = make_team_run(tmp_path / "strong")
+    assert not any("isolation" in w for w in write_report([strong], tmp_path / "out2").warnings)
+
+
 def test_marl_run_gets_its_curves(tmp_path):
     run = make_marl_run(tmp_path / "mappo_s0")
     out = tmp_path / "out"

@@ -54,6 +54,7 @@ def test_freeze_rotate_run_writes_everything_and_trains_only_the_current_role(
     assert [r["step"] for r in rows if "phase" in r] == [1, 2]
     assert all("rollout/reward/coder" in r for r in rows if "phase" in r)
     assert (run / "config.yaml").exists() and (run / "summary.json").exists()
+    assert summary["sandbox_isolation"] == trainer.sandbox.isolation == "bwrap"  # auto: bubblewrap or nothing
     assert (run / "checkpoint" / "adapters" / "coder" / "adapter_config.json").exists()
     assert list((run / "tb").glob("events.out.tfevents.*"))
     assert (run / "episodes" / "eval_after_rl.jsonl").exists()

@@ -295,9 +295,20 @@ def _episode_files(path: Path) -> list[Path]:
     return sorted(files, key=order)
 
 
+WEAK_ISOLATION = (
+    "sandbox.isolation: rlimits: the model-written code of this run ran without bubblewrap "
+    "(rlimits, a non-root uid and a seccomp filter, but no file-system isolation)"
+)
+
+
 def _load_team(run: Run, max_episodes: int) -> None:
     run.summary = _read_json(run.path / "summary.json", run.warnings)
     run.finished = run.summary is not None
+    sandbox = run.config.get("sandbox") if isinstance(run.config.get("sandbox"), dict) else {}
+    isolation = (run.summary or {}).get("sandbox_isolation") or sandbox.get("isolation")
+    workflow = run.config.get("workflow") if isinstance(run.config.get("workflow"), dict) else {}
+    if isolation == "rlimits" and workflow.get("name", "pipeline") == "pipeline":
+        run.warnings.append(WEAK_ISOLATION)
     run.roles = _team_roles(run)
     run.phases = _phases(run)
     run.planned_phases = _planned_phases(run)

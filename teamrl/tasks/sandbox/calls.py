@@ -192,6 +192,11 @@ def parse_asserts(lines: Sequence[str], function: str) -> tuple[list[CallTest], 
 _cache: OrderedDict[str, Any] = OrderedDict()
 
 
+def clear_cache() -> None:
+    """Forget every cached judgement (the next check of any program runs it again)."""
+    _cache.clear()
+
+
 def _cache_key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()
 
