@@ -35,7 +35,8 @@ def missing_requirement(needs_vllm: bool = True) -> str | None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
         return (
             f"no CUDA GPU is visible to torch {torch.__version__} (CUDA_VISIBLE_DEVICES={visible!r}): this "
-            "check trains on one GPU; run it on a GPU machine set up as the README's 'GPUs and vLLM' says"
+            "check trains on one GPU; run it on a GPU machine set up as docs/scaling.md ('GPUs and vLLM') "
+            "says"
         )
     if needs_vllm and importlib.util.find_spec("vllm") is None:
         return (

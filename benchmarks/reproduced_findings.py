@@ -1,4 +1,4 @@
-"""Reproduced findings: small, equal-budget comparisons of what the README describes, over seeds.
+"""Reproduced findings: small, equal-budget comparisons of what docs/ describes, over seeds.
 
 One subcommand per finding (``all`` runs them in order). Every variant is the main job's config
 (examples/pipeline_freeze_rotate.yaml) with the small shared setting below and the variant's own

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/report_screenshot.py RUN_DIR OUT.png [--width 1400] [--open-first]
 
 Needs selenium (the dev extra) and Debian's chromium + chromium-driver (scripts/setup.sh installs
-them when run as root). Used for the README's picture of the main job's report.
+them when run as root). Used for the picture of the main job's report in docs/report.md.
 """
 
 from __future__ import annotations

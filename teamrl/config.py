@@ -247,7 +247,8 @@ class EmbeddedConfig(_Strict):
     """The embedded default: a tiny Llama built and warm-started locally, cached on disk.
 
     The default size (hidden 128, 4 layers, about 0.9M parameters) is the one that learned the
-    built-in tasks best within the main job's time budget on 2 CPU cores; see the README.
+    built-in tasks best within the main job's time budget on 2 CPU cores; see docs/guide.md, "The embedded
+    default".
     """
 
     hidden_size: int = Field(128, ge=16)
@@ -486,7 +487,7 @@ class RewardConfig(_Strict):
     credit: Literal["shared", "hybrid", "counterfactual", "maporl", "marti"] = Field(
         "hybrid",
         description="how the team outcome becomes per-role rewards: shared (R), hybrid (alpha mix), "
-        "counterfactual (R - R with the role replaced), maporl, marti; see the README",
+        "counterfactual (R - R with the role replaced), maporl, marti; see docs/guide.md",
     )
     counterfactual_baseline: Literal["reference", "empty"] = Field(
         "reference",
@@ -650,7 +651,7 @@ class SandboxConfig(_Strict):
 
 class RayConfig(_Strict):
     """The Ray backend (``run.backend: ray``): rollout workers, the learner and sandbox workers as Ray
-    actors; see the README's "Ray"."""
+    actors; see docs/scaling.md, "Ray"."""
 
     address: str | None = Field(
         None,

