@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from teamrl.config import Config, ConfigError, DebateConfig, SelfPlayConfig, load_config
+from teamrl.tasks.sandbox.sandbox import SandboxUnavailableError
 from teamrl.workflows.self_play import HELD_OUT_FIGURES
 
 
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
             return args.func(args)
-        except (ConfigError, FileNotFoundError) as exc:
+        except (ConfigError, FileNotFoundError, SandboxUnavailableError) as exc:
             print(f"teamrl: {exc}", file=sys.stderr)
             return 2
         finally:

@@ -56,3 +56,22 @@ def test_a_reader_that_closes_the_pipe_gets_no_traceback():
         os.close(write_end)
     assert done.stderr == ""
     assert done.returncode == 1
+
+
+def test_train_without_a_working_sandbox_says_how_to_fix_it_and_makes_no_run_directory(
+    tmp_path, capsys, monkeypatch
+):
+    import shutil
+
+    from teamrl.tasks.sandbox import sandbox as sandbox_module
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    sandbox_module._bwrap_backend.cache_clear()
+    try:
+        assert main(["train", "--set", f"run.out_dir={tmp_path}", "--set", "run.name=r"]) == 2
+    finally:
+        sandbox_module._bwrap_backend.cache_clear()
+    err = capsys.readouterr().err
+    assert err.startswith("teamrl: isolation='auto' needs bubblewrap") and "sandbox.isolation: rlimits" in err
+    assert "Traceback" not in err and not (tmp_path / "r").exists()

@@ -108,8 +108,6 @@ class Trainer:
         if cfg.run.backend == "ray":  # before the run directory or any model is made, failing fast
             require_ray()
             self._joined_ray = connect(cfg)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.metrics = JsonlLog(self.run_dir / "metrics.jsonl")
         self.state = TrainerState()
         self._lock: RunLock | None = None
         self._checkpoint: Path | None = None  # the newest checkpoint: loaded below, then written
@@ -126,6 +124,11 @@ class Trainer:
 
     def _build(self, resume: bool, read_only: bool) -> None:
         cfg = self.cfg
+        # first: a sandbox that cannot work here (no bubblewrap under isolation auto) stops the run
+        # before its directory is made
+        self.sandbox = build_sandbox(cfg)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics = JsonlLog(self.run_dir / "metrics.jsonl")
         if read_only:
             self._checkpoint = latest_good(self.run_dir)
             if self._checkpoint is not None:
@@ -136,7 +139,6 @@ class Trainer:
             if not resume:
                 atomic_write_text(self.run_dir / "config.yaml", dump_config(cfg))
         self.suite = build_suite(cfg)
-        self.sandbox = build_sandbox(cfg)
         self.policies = build_policies(cfg, progress=self.progress)
         self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
         self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
