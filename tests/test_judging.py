@@ -3,6 +3,7 @@ calls, HumanEval-style checks by record and replay, and the seccomp filter's tab
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -16,6 +17,7 @@ from teamrl.tasks.sandbox import (
     CallTest,
     CheckError,
     CheckFunction,
+    Judgement,
     Sandbox,
     SandboxLimits,
     UnjudgeableTest,
@@ -333,3 +335,19 @@ def test_call_results_describe_what_happened() -> None:
     assert not CallResult(4.0).passes(test) and CallResult(4).passes(test)
     assert math.isclose(CallTest(Call((1,)), 0.3, abs_tol=1e-9).expected, 0.3)
     assert json.loads(dumps({"a": 1})) == {"dict": ["a", 1]}
+
+
+def test_trusted_programs_share_one_process_each_in_its_own_namespace(sandbox) -> None:
+    from teamrl.tasks.sandbox.calls import judge_trusted
+
+    tests = [parse_assert("assert f(2) == 4", "f"), parse_assert("assert f(3) == 6", "f")]
+    programs = [
+        "G = 0\ndef f(x):\n    return 2 * x",
+        "def f(x):\n    return x + 2",
+        "raise ValueError('x')",
+        "G",
+    ]
+    judged = asyncio.run(judge_trusted(sandbox, programs, "f", tests))
+    assert [j.passed for j in judged] == [[True, True], [True, False], [False, False], [False, False]]
+    assert "NameError" in judged[3].results[0].error  # the first program's globals are not the fourth's
+    assert asyncio.run(judge_trusted(sandbox, programs, "f", [])) == [Judgement([])] * 4

@@ -251,10 +251,11 @@ def test_untrusted_processes_never_hold_expected_values_reference_or_other_check
         text = json.dumps(request)
         for secret in ("zqhidden1xv", "zqkxv", "REFERENCE-MARK", "BUGGY-MARK", "expected", "assert"):
             assert secret not in text, (secret, request)
-        assert request["mode"] == "calls" and request["code"] == code
-    # one process per check: the candidate, the reference and the buggy solution each ran alone
-    assert len(spy.requests) == 3
-    assert sum("REFERENCE-MARK" in json.dumps(r) for r in spy.requests) == 1
+        assert request["mode"] == "calls" and request["programs"] == [code]  # alone in its process
+    # one process for the candidate, one for the task's own two programs on the tester's tests (data)
+    assert len(spy.requests) == 2
+    (trusted,) = [r for r in spy.requests if r not in candidate_runs]
+    assert trusted["programs"] == [TASK.reference_solution, TASK.buggy_solution]
 
 
 def test_no_state_carries_from_one_check_to_the_next(sandbox) -> None:

@@ -9,11 +9,12 @@ At the end the episode is verified, the trusted side deciding (``teamrl.tasks.sa
 every distinct code version runs in a sandbox process of its own on the hidden tests' inputs and
 its results are compared here with the expected values; the tester's asserts become calls and
 expected values (a line that cannot be judged that way is refused, a format error of its turn) and
-run on the reference and on the buggy solution, each in a process of its own.
+run on the reference and on the buggy solution (both ours: they share a process).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from teamrl.config import WorkflowConfig
@@ -22,7 +23,7 @@ from teamrl.protocol import Episode, Turn
 from teamrl.rewards.credit import plan_words
 from teamrl.tasks.programming import ProgrammingTask, plan_vocabulary
 from teamrl.tasks.sandbox import Sandbox
-from teamrl.tasks.sandbox.calls import judge_many, parse_asserts
+from teamrl.tasks.sandbox.calls import judge, judge_trusted, parse_asserts
 
 MAX_TESTS = 8
 
@@ -116,16 +117,15 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
     store the figures."""
     tests, refused = parse_asserts(state.tests, task.func_name)
     versions = list(dict.fromkeys(state.code))  # a revision identical to an earlier version runs once
-    jobs = [(code, task.func_name, task.tests) for code in versions]
-    if tests:
-        jobs += [
-            (task.reference_solution, task.func_name, tests),
-            (task.buggy_solution, task.func_name, tests),
-        ]
-    judged = await judge_many(sandbox, jobs)
-    by_version = dict(zip(versions, judged[: len(versions)], strict=True))
+    jobs = [judge(sandbox, code, task.func_name, task.tests) for code in versions]
+    # the tester's tests (data) on the reference and the buggy solution (ours, not the policy's): one process
+    trusted = [task.reference_solution, task.buggy_solution]
+    judged, on_trusted = await asyncio.gather(
+        asyncio.gather(*jobs), judge_trusted(sandbox, trusted, task.func_name, tests)
+    )
+    by_version = dict(zip(versions, judged, strict=True))
     code_pass = [by_version[code].fraction for code in state.code]
-    on_reference, on_buggy = (judged[-2].passed, judged[-1].passed) if tests else ([], [])
+    on_reference, on_buggy = (on_trusted[0].passed, on_trusted[1].passed) if tests else ([], [])
     episode.outcome = code_pass[-1] if code_pass else 0.0
     episode.verifier = {
         "code_pass": code_pass,
@@ -149,6 +149,6 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
             # a test that cannot be judged without running it beside the code it judges is malformed
             turn.error = f"{len(refused)} test(s) cannot be judged: {refused[0][1]}"
             episode.errors.append(turn.error)
-    errors = [j.error for j in judged if j.error is not None]
+    errors = [j.error for j in [*judged, *on_trusted] if j.error is not None]
     if errors:  # the checks never ran (a lost Ray sandbox worker): they count as failed
         episode.verifier["sandbox_error"] = errors[0]

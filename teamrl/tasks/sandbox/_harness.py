@@ -6,9 +6,10 @@ arrives); the trusted side reads them with ``ast.literal_eval``. No ``json``, ``
 ``random`` import: they would cost more start-up time than the whole check. Everything the code
 under test writes to fds 1 and 2 goes to /dev/null. The request's ``mode``:
 
-* ``calls``: run ``code``, then its function ``function`` on each of ``calls`` (tagged args and
-  kwargs, decoded afresh for every call); one line per call, ``{"i": N, "value": TAGGED}`` or
-  ``{"i": N, "error": TEXT}``. The expected values never enter this process.
+* ``calls``: run each of ``programs`` (one, the code under test, unless every program is trusted),
+  each in a fresh namespace, then its function ``function`` on each of ``calls`` (tagged args and
+  kwargs, decoded afresh for every call); one line per call, ``{"p": P, "i": N, "value": TAGGED}`` or
+  ``{"p": P, "i": N, "error": TEXT}``. The expected values never enter this process.
 * ``record``: run the trusted ``reference`` and ``check`` sources, then ``check(candidate)`` with
   the reference's function recording each call's arguments; one line ``{"inputs": [...],
   "error": TEXT | null}``.
@@ -69,28 +70,29 @@ def _key(args: object, kwargs: object) -> str:
 
 def _run_calls(request: dict, out) -> None:  # noqa: ANN001
     seconds = float(request["timeout_s"])
-    namespace = {"__name__": "solution"}
-    try:
-        _timed(seconds, exec, compile(request["code"], "<solution>", "exec"), namespace)
-        failed = None
-    except BaseException as exc:  # noqa: BLE001 - the code under test failed to load
-        failed = "the program failed to load: " + _describe(exc, seconds)
-    function = namespace.get(request["function"])
-    if failed is None and not callable(function):
-        failed = f"the program defines no function {request['function']}"
-    for index, (args, kwargs) in enumerate(request["calls"]):
-        if failed is not None:
-            record = {"i": index, "error": failed}
-        else:
-            try:
-                value = _timed(seconds, function, *decode(args), **decode(kwargs))
-                record = {"i": index, "value": _timed(seconds, encode, value)}
-            except UnsupportedValue as exc:
-                record = {"i": index, "error": f"returned {exc}"}
-            except BaseException as exc:  # noqa: BLE001 - whatever the call raised
-                record = {"i": index, "error": _describe(exc, seconds)}
-        out.write(repr(record) + "\n")
-        out.flush()
+    for program, code in enumerate(request["programs"]):  # one, unless all are trusted (``trusted``)
+        namespace = {"__name__": "solution"}
+        try:
+            _timed(seconds, exec, compile(code, "<solution>", "exec"), namespace)
+            failed = None
+        except BaseException as exc:  # noqa: BLE001 - the code under test failed to load
+            failed = "the program failed to load: " + _describe(exc, seconds)
+        function = namespace.get(request["function"])
+        if failed is None and not callable(function):
+            failed = f"the program defines no function {request['function']}"
+        for index, (args, kwargs) in enumerate(request["calls"]):
+            if failed is not None:
+                record = {"p": program, "i": index, "error": failed}
+            else:
+                try:
+                    value = _timed(seconds, function, *decode(args), **decode(kwargs))
+                    record = {"p": program, "i": index, "value": _timed(seconds, encode, value)}
+                except UnsupportedValue as exc:
+                    record = {"p": program, "i": index, "error": f"returned {exc}"}
+                except BaseException as exc:  # noqa: BLE001 - whatever the call raised
+                    record = {"p": program, "i": index, "error": _describe(exc, seconds)}
+            out.write(repr(record) + "\n")
+            out.flush()
 
 
 def _load_check(request: dict) -> dict:

@@ -239,32 +239,42 @@ async def run_calls(
 
     The first line for a call counts; a call with no line (the process died) failed. Results of a
     process that ran are cached (the same code on the same calls is judged once)."""
+    (results,), error = await _run_programs(sandbox, [code], function, calls)
+    return results, error
+
+
+async def _run_programs(
+    sandbox: SandboxLike, programs: Sequence[str], function: str, calls: Sequence[Call]
+) -> tuple[list[list[CallResult]], str | None]:
+    """``run_calls`` of every program of ``programs`` in one process (each in a fresh namespace)."""
     if not calls:
-        return [], None
+        return [[] for _ in programs], None
     tagged = [c.tagged() for c in calls]
-    key = _cache_key(
-        "calls", code, function, tagged, sandbox.limits.check_timeout_s, sandbox.limits.memory_mb
-    )
+    limits = (sandbox.limits.check_timeout_s, sandbox.limits.memory_mb)
+    key = _cache_key("calls", list(programs), function, tagged, limits)
     if key in _cache:
         _cache.move_to_end(key)
-        return list(_cache[key]), None
-    request = {"mode": "calls", "code": code, "function": function, "calls": tagged}
+        return [list(r) for r in _cache[key]], None
+    request = {"mode": "calls", "programs": list(programs), "function": function, "calls": tagged}
     request["timeout_s"] = sandbox.limits.check_timeout_s
     result = await sandbox.run(_PROGRAM, stdin=repr(request))
-    found: dict[int, CallResult] = {}
+    found: dict[tuple[int, int], CallResult] = {}
     for record in _lines(result):
-        index = record.get("i")
-        if type(index) is not int or not 0 <= index < len(calls) or index in found:
+        where = (record.get("p"), record.get("i"))
+        if not all(type(x) is int for x in where) or where in found:
+            continue
+        if not (0 <= where[0] < len(programs) and 0 <= where[1] < len(calls)):
             continue
         if "value" in record:
             try:
-                found[index] = CallResult(value=decode(record["value"]))
+                found[where] = CallResult(value=decode(record["value"]))
             except UnsupportedValue as exc:
-                found[index] = CallResult(error=f"returned {exc}")
+                found[where] = CallResult(error=f"returned {exc}")
         else:
             error = record.get("error")
-            found[index] = CallResult(error=error[:300] if isinstance(error, str) else "failed")
-    results = [found.get(i, CallResult(error=_death(result))) for i in range(len(calls))]
+            found[where] = CallResult(error=error[:300] if isinstance(error, str) else "failed")
+    death = CallResult(error=_death(result))
+    results = [[found.get((p, i), death) for i in range(len(calls))] for p in range(len(programs))]
     if result.error is None:
         _remember(key, results)
     return results, result.error
@@ -274,6 +284,16 @@ async def judge_calls(sandbox: SandboxLike, code: str, function: str, tests: Seq
     """``code`` against ``tests``: each passes when its call returned its expected value."""
     results, error = await run_calls(sandbox, code, function, [t.call for t in tests])
     return Judgement([r.passes(t) for r, t in zip(results, tests, strict=True)], results, error)
+
+
+async def judge_trusted(
+    sandbox: SandboxLike, programs: Sequence[str], function: str, tests: Sequence[CallTest]
+) -> list[Judgement]:
+    """Each of ``programs`` against ``tests``, all in one sandbox process. Only for programs that are
+    not the policy's (a task's reference and buggy solutions judging the tester's tests, which are
+    data): code under test gets a process of its own (:func:`judge_calls`)."""
+    results, error = await _run_programs(sandbox, programs, function, [t.call for t in tests])
+    return [Judgement([r.passes(t) for r, t in zip(rs, tests, strict=True)], rs, error) for rs in results]
 
 
 class CheckError(RuntimeError):
