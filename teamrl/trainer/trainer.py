@@ -529,9 +529,8 @@ class Trainer:
             self._tb.close()
             self._tb = None
         summary = {"run_dir": str(self.run_dir), "evals": st.evals}
-        if (
-            self.sandbox is not None
-        ):  # how the model-written code was contained (rlimits: no file-system isolation)
+        # how the model-written code was contained (rlimits: no file-system isolation)
+        if self.sandbox is not None:
             summary["sandbox_isolation"] = self.sandbox.isolation
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         return summary

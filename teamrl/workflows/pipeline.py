@@ -23,7 +23,7 @@ from teamrl.protocol import Episode, Turn
 from teamrl.rewards.credit import plan_words
 from teamrl.tasks.programming import ProgrammingTask, plan_vocabulary
 from teamrl.tasks.sandbox import Sandbox
-from teamrl.tasks.sandbox.calls import judge, judge_trusted, parse_asserts
+from teamrl.tasks.sandbox.calls import judge_many, judge_trusted, parse_asserts
 
 MAX_TESTS = 8
 
@@ -117,11 +117,11 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
     store the figures."""
     tests, refused = parse_asserts(state.tests, task.func_name)
     versions = list(dict.fromkeys(state.code))  # a revision identical to an earlier version runs once
-    jobs = [judge(sandbox, code, task.func_name, task.tests) for code in versions]
+    jobs = [(code, task.func_name, task.tests) for code in versions]
     # the tester's tests (data) on the reference and the buggy solution (ours, not the policy's): one process
     trusted = [task.reference_solution, task.buggy_solution]
     judged, on_trusted = await asyncio.gather(
-        asyncio.gather(*jobs), judge_trusted(sandbox, trusted, task.func_name, tests)
+        judge_many(sandbox, jobs), judge_trusted(sandbox, trusted, task.func_name, tests)
     )
     by_version = dict(zip(versions, judged, strict=True))
     code_pass = [by_version[code].fraction for code in state.code]

@@ -283,7 +283,7 @@ async def _run_programs(
 async def judge_calls(sandbox: SandboxLike, code: str, function: str, tests: Sequence[CallTest]) -> Judgement:
     """``code`` against ``tests``: each passes when its call returned its expected value."""
     results, error = await run_calls(sandbox, code, function, [t.call for t in tests])
-    return Judgement([r.passes(t) for r, t in zip(results, tests, strict=True)], results, error)
+    return _judgement(results, tests, error)
 
 
 async def judge_trusted(
@@ -293,7 +293,11 @@ async def judge_trusted(
     not the policy's (a task's reference and buggy solutions judging the tester's tests, which are
     data): code under test gets a process of its own (:func:`judge_calls`)."""
     results, error = await _run_programs(sandbox, programs, function, [t.call for t in tests])
-    return [Judgement([r.passes(t) for r, t in zip(rs, tests, strict=True)], rs, error) for rs in results]
+    return [_judgement(rs, tests, error) for rs in results]
+
+
+def _judgement(results: list[CallResult], tests: Sequence[CallTest], error: str | None) -> Judgement:
+    return Judgement([r.passes(t) for r, t in zip(results, tests, strict=True)], results, error)
 
 
 class CheckError(RuntimeError):

@@ -287,7 +287,7 @@ def _command(
     run_as = uid if _is_root() else -1
     reap = int(backend.bwrap is None and _is_root())  # bwrap's own pid 1 reaps under bwrap
     boot_args = [run_as, run_as, limits.cpu_s, limits.memory_mb * _MIB, limits.max_processes]
-    boot_args += [limits.max_file_mb * _MIB, reap, "-" if backend.bwrap else _seccomp_program().hex()]
+    boot_args += [limits.max_file_mb * _MIB, reap, "-" if backend.bwrap else filter_program().hex()]
     argv = [*prefix, backend.python, *_PYTHON_FLAGS, "-c", _BOOT_SOURCE, *map(str, boot_args)]
     compiled = _compiled(source) if backend.python == os.path.realpath(sys.executable) else None
     # another interpreter may not read this one's code objects; source that does not compile fails there
@@ -306,11 +306,6 @@ def _compiled(source: str) -> bytes | None:
         return None
 
 
-@functools.cache
-def _seccomp_program() -> bytes:
-    return filter_program()
-
-
 @contextlib.contextmanager
 def _seccomp_pipe(backend: _Backend) -> Iterator[int | None]:
     """For bwrap: the read end of a pipe holding the filter (passed to the child, which reads it to
@@ -320,7 +315,7 @@ def _seccomp_pipe(backend: _Backend) -> Iterator[int | None]:
         return
     read_end, write_end = os.pipe()
     try:
-        os.write(write_end, _seccomp_program())  # a few hundred bytes: within the pipe's buffer
+        os.write(write_end, filter_program())  # a few hundred bytes: within the pipe's buffer
         os.close(write_end)
         write_end = -1
         yield read_end

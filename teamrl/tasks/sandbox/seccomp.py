@@ -12,6 +12,7 @@ namespace. A system call of another architecture (x32 on x86-64 included) kills 
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 
@@ -218,6 +219,7 @@ def _arch(machine: str | None) -> tuple[int, dict[str, int]]:
     return _ARCHES[machine]
 
 
+@functools.cache
 def filter_program(machine: str | None = None) -> bytes:
     """The filter as an array of ``struct sock_filter`` (what ``PR_SET_SECCOMP`` takes)."""
     audit_arch, numbers = _arch(machine)
