@@ -4,4 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
+# the documentation site: every page, link, anchor and API entry (mkdocs.yml); into a throw-away folder
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_dir"
+rm -rf "$site_dir"
 exec .venv/bin/python -m pytest "$@"
