@@ -8,6 +8,11 @@ The algorithm config is built from, in order: the ``Config`` defaults of the alg
 registry preset of the named variant (``mappo`` = ppo with ``centralised_critic: true``), the module's
 ``ENV_PRESETS[env]`` if it has one, then the user's overrides. Overrides named ``env.KEY`` go to the
 env factory (``--set env.N=4``).
+
+``env`` is a name known to ``make_vec_env`` or the user's own PettingZoo ParallelEnv as
+``package.module:factory`` / ``path/to/file.py:factory`` (stored with an absolute path in config.yaml).
+Before a run directory exists, :func:`resolve` builds the env and checks that the algorithm can use its
+spaces (:data:`ACTION_SPACES`); any problem is a one-line ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -31,9 +36,19 @@ from teamrl.marl.registry import ALGORITHMS, algorithm
 DEFAULT_OUT = "runs/marl"
 EVAL_SEED = 12345
 
+# The action spaces each algorithm can use (observations: any space gymnasium can flatten, for all).
+ACTION_SPACES: dict[str, str] = {
+    "ippo": "Discrete or 1-D float Box",
+    "mappo": "Discrete or 1-D float Box",
+    "qmix": "Discrete",
+    "vdn": "Discrete",
+    "maddpg": "Discrete or bounded 1-D float Box",
+}
+
 
 def make_env_factory(env: str, env_kwargs: dict[str, Any]):
-    """``(num_envs, seed) -> VecMultiAgentEnv`` for ``env`` (a name known to ``make_vec_env``)."""
+    """``(num_envs, seed) -> VecMultiAgentEnv`` for ``env`` (a name known to ``make_vec_env``, or a
+    user's ``module:factory``)."""
     from teamrl.marl.envs import make_vec_env
 
     def make(num_envs: int, seed: int):
@@ -76,11 +91,59 @@ def resolve(
         cfg = module.Config(**data)
     except ValidationError as err:
         raise ConfigError(_one_line(err, algo, module.Config, preset)) from None
-    try:  # fail now, not after the run directory exists, on an unknown env or env kwarg
-        make_env_factory(env, env_kwargs)(1, 0).close()
+    # fail now, not after the run directory exists, on an unknown env or env kwarg or unusable spaces
+    from teamrl.marl.envs.user import check_user_env, is_import_path
+
+    if is_import_path(env):
+        check_user_env(env, env_kwargs)
+    try:
+        probe = make_env_factory(env, env_kwargs)(1, 0)
+    except ConfigError:
+        raise
     except Exception as exc:  # the env's own message, on one line
         raise ConfigError(f"env {env!r} with {env_kwargs or 'no kwargs'}: {exc}") from None
+    try:
+        check_spaces(algo, cfg, probe)
+    finally:
+        probe.close()
     return module, cfg, env_kwargs
+
+
+def check_spaces(algo: str, cfg: BaseModel, env: Any) -> None:
+    """ConfigError unless ``algo`` (with ``cfg``) can use the spaces of ``env`` (a VecMultiAgentEnv)."""
+    import numpy as np
+    from gymnasium import spaces
+
+    by_space: dict[str, list[str]] = {}
+    for name, space in ACTION_SPACES.items():
+        by_space.setdefault(space, []).append(name)
+    supported = "; ".join(f"{'/'.join(names)}: {space}" for space, names in by_space.items())
+    for agent in env.agents:
+        act = env.action_spaces[agent]
+        if isinstance(act, spaces.Discrete):
+            continue
+        box_1d = isinstance(act, spaces.Box) and len(act.shape) == 1 and np.issubdtype(act.dtype, np.floating)
+        bounded = box_1d and bool(np.isfinite(act.low).all() and np.isfinite(act.high).all())
+        if box_1d and algo in ("ippo", "mappo"):
+            continue
+        if bounded and algo == "maddpg":
+            continue
+        raise ConfigError(
+            f"{algo} cannot use the action space {act} of agent {agent!r}: {algo} needs "
+            f"{ACTION_SPACES[algo]} actions (supported action spaces: {supported})"
+        )
+    if algo in ("ippo", "mappo"):
+        from teamrl.marl.ppo import make_groups
+
+        try:  # parameter_sharing=shared needs equal spaces; entity_actor needs entity_slots
+            make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
+        except ValueError as exc:
+            raise ConfigError(f"{algo}: {exc}") from None
+    if algo in ("qmix", "vdn") and cfg.max_episode_steps is None and env.max_steps is None:
+        raise ConfigError(
+            f"{algo} replays whole episodes and needs their length: the env has no integer max_cycles "
+            "attribute; set it, or --set max_episode_steps=N (longer episodes are cut)"
+        )
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -102,9 +165,12 @@ def train(
     print_table: bool = False,
 ) -> dict[str, Any]:
     """Train ``algo`` on ``env``, write the run directory, evaluate the final policy; returns a summary."""
+    from teamrl.marl.envs.user import label, normalize
+
+    env = normalize(env)
     module, cfg, env_kwargs = resolve(algo, env, overrides)
     if run_dir is None:
-        run_dir = Path(DEFAULT_OUT) / f"{algo}__{env}__s{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = Path(DEFAULT_OUT) / f"{algo}__{label(env)}__s{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"{run_dir} exists and is not empty; pick another --name or --out")
@@ -214,11 +280,13 @@ def result_table(result: dict[str, Any], run_dir: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ CLI
 def cmd_train(args: argparse.Namespace) -> int:
+    from teamrl.marl.envs.user import label
+
     overrides = parse_sets(args.set)
     name = args.name
     if name is None:
         seed = overrides.get("seed", 0)
-        name = f"{args.algo}__{args.env}__s{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+        name = f"{args.algo}__{label(args.env)}__s{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(args.out) / name
     try:
         train(args.algo, args.env, overrides, run_dir, args.episodes, print_table=True)
@@ -242,7 +310,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     msub = marl.add_subparsers(dest="marl_command", required=True)
     p = msub.add_parser("train", help="train an algorithm on a vectorised multi-agent env")
     p.add_argument("--algo", required=True, help=f"one of {', '.join(sorted(ALGORITHMS))}")
-    p.add_argument("--env", required=True, help="an env name known to teamrl.marl.envs.make_vec_env")
+    p.add_argument(
+        "--env",
+        required=True,
+        help="an env name known to teamrl.marl.envs.make_vec_env, or your own PettingZoo ParallelEnv: "
+        "package.module:factory or path/to/file.py:factory (factory(**env kwargs) -> ParallelEnv)",
+    )
     p.add_argument(
         "--set",
         action="append",

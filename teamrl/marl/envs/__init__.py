@@ -4,7 +4,9 @@
   mpe2 step by step), ``kwargs`` go to the scenario (e.g. ``N``, ``local_ratio``, ``max_cycles``);
 * ``mpe2:<module>`` (e.g. ``mpe2:simple_spread_v3``): any mpe2 env through :class:`PettingZooVecEnv`,
   ``kwargs`` go to its ``parallel_env``;
-* ``connect_four``, ``tictactoe``: PettingZoo classic games through :class:`TurnBasedVecEnv`.
+* ``connect_four``, ``tictactoe``: PettingZoo classic games through :class:`TurnBasedVecEnv`;
+* ``package.module:factory`` or ``path/to/file.py:factory``: the user's own PettingZoo ``ParallelEnv``
+  (``factory(**kwargs)``) through :class:`PettingZooVecEnv` (see :mod:`teamrl.marl.envs.user`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from teamrl.marl.core import VecMultiAgentEnv
 from teamrl.marl.envs.adapters import PettingZooVecEnv, TurnBasedVecEnv
 from teamrl.marl.envs.mpe import SCENARIOS, BatchedMPE, BatchedMPEParallelEnv, parallel_env
+from teamrl.marl.envs.user import is_import_path, make_user_vec_env
 
 TURN_BASED_GAMES = {
     "connect_four": "pettingzoo.classic.connect_four_v3",
@@ -61,4 +64,10 @@ def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: An
     if name in TURN_BASED_GAMES:
         module = importlib.import_module(TURN_BASED_GAMES[name])
         return TurnBasedVecEnv(lambda: module.env(**kwargs), num_envs, seed=seed)
-    raise ValueError(f"unknown env {name!r}; valid names: {', '.join(list_envs())}")
+    if is_import_path(name):
+        return make_user_vec_env(name, num_envs, seed, **kwargs)
+    hint = " (a file needs its factory: path/to/file.py:factory)" if name.endswith(".py") else ""
+    raise ValueError(
+        f"unknown env {name!r}{hint}; valid names: {', '.join(list_envs())}, or your own PettingZoo "
+        "ParallelEnv as package.module:factory or path/to/file.py:factory"
+    )

@@ -47,6 +47,7 @@ class PettingZooVecEnv:
       gets a zero observation, zero reward, and only action 0 allowed in its mask (its action is ignored);
       an all-False ``action_mask`` (an agent that cannot act now) also becomes "only action 0";
     * ``state`` = the env's ``state()`` when it has a ``state_space``, else all observations concatenated;
+    * a ``Discrete(n, start=k)`` action space is offered as ``Discrete(n)`` (action ``i`` plays ``k + i``);
     * a copy's episode ends when it has no live agent left (or every live agent is done); it is then
       reset: ``terminated`` if some agent terminated at the last step, else ``truncated``;
     * ``reset(seed)`` resets copy ``i`` with ``seed + i`` (later auto-resets continue each copy's RNG).
@@ -64,14 +65,18 @@ class PettingZooVecEnv:
         self._masked = {a: _is_masked(s) for a, s in raw_spaces.items()}
         self._obs_src = {a: s["observation"] if self._masked[a] else s for a, s in raw_spaces.items()}
         self.observation_spaces = {a: _flat_box(s) for a, s in self._obs_src.items()}
-        self.action_spaces: dict[str, spaces.Space] = {a: first.action_space(a) for a in self.agents}
+        self._env_action_spaces = {a: first.action_space(a) for a in self.agents}
+        self.action_spaces: dict[str, spaces.Space] = {  # Discrete(n, start=k) is played as 0..n-1
+            a: spaces.Discrete(int(s.n)) if isinstance(s, spaces.Discrete) and s.start != 0 else s
+            for a, s in self._env_action_spaces.items()
+        }
         self._has_masks = any(self._masked.values())
         self._use_env_state = isinstance(getattr(first, "state_space", None), spaces.Space)
         if self._use_env_state:
             self.state_dim = spaces.flatdim(first.state_space)
         else:
             self.state_dim = sum(s.shape[0] for s in self.observation_spaces.values())
-        max_cycles = getattr(first.unwrapped, "max_cycles", None)
+        max_cycles = getattr(getattr(first, "unwrapped", first), "max_cycles", None)
         self.max_steps: int | None = int(max_cycles) if isinstance(max_cycles, int) else None
         B = num_envs
         self._obs = {a: np.zeros((B, s.shape[0]), np.float32) for a, s in self.observation_spaces.items()}
@@ -156,9 +161,10 @@ class PettingZooVecEnv:
         return step
 
     def _env_action(self, agent: str, action: Any) -> Any:
-        if isinstance(self.action_spaces[agent], spaces.Discrete):
-            return int(action)
-        return np.asarray(action, dtype=self.action_spaces[agent].dtype)
+        space = self._env_action_spaces[agent]
+        if isinstance(space, spaces.Discrete):
+            return int(action) + int(space.start)
+        return np.asarray(action, dtype=space.dtype)
 
     def close(self) -> None:
         for env in self.envs:
