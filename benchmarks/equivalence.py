@@ -7,8 +7,8 @@ change behaviour, then compare the two files (``--compare OLD.json NEW.json``).
     python benchmarks/equivalence.py --compare before.json after.json
 
 Each config runs on its own embedded base (built once and cached as in any run: the first record takes
-minutes per base), with groups of four, one RL iteration per phase and six held-out tasks. Configs that need what this machine
-lacks (a GPU, a converted GGUF checkpoint) are listed as skipped with the reason.
+minutes per base), with groups of four, one RL iteration per phase and six held-out tasks. Configs that
+need what this machine lacks (a GPU, a converted GGUF checkpoint) are listed as skipped with the reason.
 """
 
 from __future__ import annotations
@@ -33,14 +33,23 @@ TINY = [
     "run.progress=false",
     "run.eval_samples=1",
     "recipe.sft.demo_episodes=24",
-    "recipe.iterations=2",
-    "recipe.iterations_per_role=1",
-    "recipe.rounds=1",
-    "recipe.closed_loop.probe_tasks=2",
-    "recipe.closed_loop.probe_samples=1",
-    "recipe.population.snapshot_every=1",
-    "recipe.population.probe_tasks=2",
 ]
+# the recipe's own budget, set only where the recipe reads it
+PER_RECIPE = {
+    "freeze_rotate": ["recipe.iterations_per_role=1", "recipe.rounds=1"],
+    "closed_loop": [
+        "recipe.iterations_per_role=1",
+        "recipe.rounds=1",
+        "recipe.closed_loop.probe_tasks=2",
+        "recipe.closed_loop.probe_samples=1",
+    ],
+    "joint": ["recipe.iterations=2"],
+    "population": [
+        "recipe.iterations=2",
+        "recipe.population.snapshot_every=1",
+        "recipe.population.probe_tasks=2",
+    ],
+}
 
 
 def configs() -> list[tuple[str, Path | None]]:
@@ -51,7 +60,8 @@ def overrides(path: Path | None) -> list[str]:
     import yaml
 
     data = yaml.safe_load(path.read_text()) if path is not None else {}
-    out = list(TINY)
+    recipe = (data.get("recipe") or {}).get("name", "freeze_rotate")
+    out = list(TINY) + PER_RECIPE[recipe]
     per_role = (data.get("recipe") or {}).get("iterations_per_role")
     if isinstance(per_role, dict):
         out.remove("recipe.iterations_per_role=1")  # a mapping in the file: keep its roles, set each to 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -13,33 +14,29 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from teamrl.config import Config, ConfigError, DebateConfig, SelfPlayConfig, load_config
+from teamrl.config import Config, ConfigError, load_config
 from teamrl.tasks.sandbox.sandbox import SandboxUnavailableError
-from teamrl.workflows.self_play import HELD_OUT_FIGURES
 
 
 def _run_dir(cfg: Config) -> Path:
-    name = cfg.run.name or (
-        f"{cfg.workflow.name}__{cfg.recipe.name}__{cfg.algorithm.name}__s{cfg.run.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    )
+    # a workflow named by import path (pkg.flows:Name, dir/flows.py:Name) is named by its class
+    workflow = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.workflow.name.rsplit(":", 1)[-1])
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = cfg.run.name or f"{workflow}__{cfg.recipe.name}__{cfg.algorithm.name}__s{cfg.run.seed}__{stamp}"
     return Path(cfg.run.out_dir) / name
 
 
 def _headline(cfg: Config) -> list[tuple[str, str]]:
-    """The held-out table's leading (row, metric) pairs: a debate's outcome is its accuracy, a
-    self-play game's are its own figures (teamrl.workflows.self_play.self_play_metrics)."""
-    if isinstance(cfg.workflow, DebateConfig):
-        return [("accuracy", "eval/solved")]
-    if isinstance(cfg.workflow, SelfPlayConfig):
-        return HELD_OUT_FIGURES[cfg.workflow.game]
-    return [("success", "eval/solved"), ("pass fraction", "eval/outcome")]
+    """The held-out table's leading (row, metric) pairs: the workflow's (``Workflow.headline``)."""
+    return list(cfg.workflow_class(cfg.workflow).headline)
 
 
 def _result_table(summary: dict[str, Any], cfg: Config) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    rows = [*_headline(cfg), *((f"reward: {r}", f"eval/reward/{r}") for r in cfg.workflow.order)]
+    roles = dict.fromkeys(cfg.role_order())
+    rows = [*_headline(cfg), *((f"reward: {r}", f"eval/reward/{r}") for r in roles)]
     evals = [ev for ev in summary["evals"] if ev["label"] in ("after_sft", "after_rl", "eval")]
     change = len(evals) == 2  # after SFT and after RL: their difference too
     table = Table(title="held-out evaluation")  # a row per figure: narrow terminals keep every name

@@ -27,16 +27,17 @@ import teamrl.cli as cli  # noqa: E402 - after the thread count, as a run would 
 import teamrl.trainer.trainer as trainer_module  # noqa: E402
 from teamrl.trainer.faults import ENV  # noqa: E402
 
-_assign = trainer_module.assign_batch_rewards
+_score = trainer_module.score_episodes
 
 
-def _distinct_rewards(cfg, episodes) -> None:  # noqa: ANN001
-    _assign(cfg, episodes)
+def _distinct_rewards(cfg, workflow, episodes, counterfactual=None):  # noqa: ANN001, ANN202
+    metrics = _score(cfg, workflow, episodes, counterfactual)
     for ep in episodes:
         ep.rewards = {role: value + 0.25 * ep.group for role, value in ep.rewards.items()}
+    return metrics
 
 
-trainer_module.assign_batch_rewards = _distinct_rewards
+trainer_module.score_episodes = _distinct_rewards
 cli._write_run_report = lambda run_dir: None
 
 

@@ -50,8 +50,11 @@ def test_a_counterfactual_budget_below_one_group_is_refused():
         ConfigError, match=r"counterfactual_budget=4 is below algorithm.group_size=8.*raise it"
     ):
         load_config(overrides=["reward.credit=counterfactual", "reward.counterfactual_budget=4"])
-    # the same budget is fine when counterfactual credit is off
-    assert load_config(overrides=["reward.counterfactual_budget=4"]).reward.counterfactual_budget == 4
+    # without counterfactual credit the budget is read by nothing: refused, with the reason
+    with pytest.raises(
+        ConfigError, match=r"reward.counterfactual_budget: applies to the counterfactual reward"
+    ):
+        load_config(overrides=["reward.counterfactual_budget=4"])
 
 
 # -- a pipeline episode, verified by hand -----------------------------------------------------------

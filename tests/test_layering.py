@@ -53,12 +53,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("algorithms",),
     # 5 training recipes built from the above (closed loop, population, schedules)
     ("recipes",),
-    # 6 the trainer and its Ray backend: may import each other, see MUTUAL
+    # 6 the run configuration: assembles every component's settings model, so it imports the component
+    #   packages; what runs a config (trainer, Ray backend) sits above it
+    ("config",),
+    # 7 the trainer and its Ray backend: may import each other, see MUTUAL
     ("trainer", "distributed"),
-    # 7 assemblies and stand-alone subsystems: config (assembles every component's settings model, so it
-    #   imports the component packages), the report, classic MARL (see ONLY_IMPORTS), test helpers
-    ("config", "report", "marl", "testing"),
-    # 8 entry points
+    # 8 stand-alone subsystems and assemblies over the trainer: the report, classic MARL (see
+    #   ONLY_IMPORTS), the plugin conformance checks
+    ("report", "marl", "testing"),
+    # 9 entry points
     ("cli", "__init__", "__main__"),
 ]
 

@@ -1,6 +1,6 @@
 from pettingzoo.test import api_test
 
-from teamrl.tasks.pettingzoo_env import TeamAECEnv
+from teamrl.trainer.pettingzoo_env import TeamAECEnv
 
 
 def test_passes_pettingzoo_api_test():

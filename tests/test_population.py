@@ -68,11 +68,12 @@ def test_blocks_take_turns_and_the_last_one_is_shorter():
 def test_a_debate_pairing_compares_final_answers_and_the_fallback_compares_rewards():
     cfg = load_config(overrides=["workflow.name=debate"])
     ep = _debate([True, False, True])
-    assert pairing_score(cfg.workflow, ep, "debater_0", "debater_1") == 1.0  # right vs wrong: a win
-    assert pairing_score(cfg.workflow, ep, "debater_1", "debater_0") == 0.0
-    assert pairing_score(cfg.workflow, ep, "debater_0", "debater_2") == 0.5  # both right: a draw
+    workflow = cfg.workflow_class(cfg.workflow)
+    assert pairing_score(workflow, ep, "debater_0", "debater_1") == 1.0  # right vs wrong: a win
+    assert pairing_score(workflow, ep, "debater_1", "debater_0") == 0.0
+    assert pairing_score(workflow, ep, "debater_0", "debater_2") == 0.5  # both right: a draw
     judged = _debate([True, False], rewards={"debater_0": 0.2, "judge": 1.0})
-    assert pairing_score(cfg.workflow, judged, "debater_0", "judge") == 0.0  # no answer to compare: rewards
+    assert pairing_score(workflow, judged, "debater_0", "judge") == 0.0  # no answer to compare: rewards
     ep = _debate([False, False], rewards={"generator": 0.4, "judge": 1.0})
     assert reward_pairing_score(ep, "generator", "judge") == 0.0
     assert reward_pairing_score(ep, "judge", "generator") == 1.0
@@ -187,24 +188,18 @@ def _watch(trainer, monkeypatch):
     return used, slots, joined
 
 
-def _learner_always_learns(monkeypatch):
+def spread_by_group(episodes, ctx):  # noqa: ANN001, ANN201 - a reward function, named by import path below
     """Rewards that differ within every group, so each update moves the learner (a tiny base often earns
     equal rewards, and an update then skips it)."""
-    from teamrl.trainer import trainer as trainer_module
+    return [{"debater_0": float(e.group)} if e.turns_of("debater_0") else {} for e in episodes]
 
-    assign = trainer_module.assign_rewards
 
-    def assign_and_spread(cfg, episode):
-        assign(cfg, episode)
-        episode.rewards["debater_0"] += episode.group
-
-    monkeypatch.setattr(trainer_module, "assign_rewards", assign_and_spread)
+LEARNER_ALWAYS_LEARNS = "reward.functions=[{name: hybrid}, {name: 'test_population:spread_by_group'}]"
 
 
 def test_a_population_run_plays_the_learner_against_its_pool(cache, tmp_path, monkeypatch):
-    _learner_always_learns(monkeypatch)
     run = tmp_path / "run"
-    trainer = Trainer(load_config(overrides=[*TINY, cache]), run)
+    trainer = Trainer(load_config(overrides=[*TINY, cache, LEARNER_ALWAYS_LEARNS]), run)
     updates = record_updates(trainer, monkeypatch)
     used, slots, joined = _watch(trainer, monkeypatch)
     trainer.fit()

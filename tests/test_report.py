@@ -24,10 +24,10 @@ from teamrl.cli import main as cli_main
 from teamrl.config import dump_config, load_config
 from teamrl.protocol import Episode, FormatError, Turn, parse_message
 from teamrl.recipes import phases_for
-from teamrl.report.live import LiveTable
 from teamrl.report.load import EpisodeSample, ReportError, load_run, sample_episodes
 from teamrl.report.page import write_report
 from teamrl.report.serve import ReportServer
+from teamrl.trainer.live import LiveTable
 from teamrl.trainer.run_dir import JsonlLog, write_jsonl
 
 ROLES = ["planner", "coder", "reviewer", "tester"]

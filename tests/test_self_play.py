@@ -14,7 +14,7 @@ from teamrl.engine.team import Seat, Team
 from teamrl.policies.scripted import ScriptedPolicy
 from teamrl.protocol import Episode, Turn
 from teamrl.tasks.reasoning import ReasoningTask
-from teamrl.trainer.build import assign_batch_rewards, demonstrations, reference_solver_evaluation
+from teamrl.trainer.build import assign_batch_rewards, demonstrations, rollouts
 from teamrl.trainer.learner import Learner
 from teamrl.workflows.self_play import (
     SelfPlayConfig,
@@ -28,11 +28,17 @@ from teamrl.workflows.self_play import (
     self_play_metrics,
     similarity,
 )
+from teamrl.workflows.self_play_workflow import SelfPlay
 
 TASK = ReasoningTask(task_id="t1", question="What is 2 + 3 * 4?", answer=14)
 SEED = ReasoningTask(task_id="s1", question="What is 7 * 8 - 5?", answer=51)
 GJ = SelfPlayConfig(game="generator_judge", generator_sop="Solve.", judge_sop="Judge.")
 PS = SelfPlayConfig(game="proposer_solver", proposer_sop="Propose.", solver_sop="Solve.", solver_samples=4)
+
+
+def reference_solver_evaluation(cfg, team, engine, episodes):  # noqa: ANN001, ANN201
+    """The starting solver's rate on the proposals (the workflow's own evaluation, that part alone)."""
+    return SelfPlay(cfg.workflow).reference_rate(rollouts(cfg, team, engine), episodes)
 
 
 def judge_game(generator: str, judge: str, log: list | None = None, format_penalty: float = 0.5):

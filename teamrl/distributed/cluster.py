@@ -13,6 +13,7 @@ import socket
 from teamrl.config import Config, ConfigError, RayConfig
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.openai_compat import OpenAICompatPolicy
+from teamrl.protocol.plugins import python_path
 
 log = logging.getLogger("teamrl")
 
@@ -55,12 +56,14 @@ def connect(cfg: Config) -> bool:
     if ray.is_initialized():
         return False
     r = cfg.ray
+    # the workers import the config's plugins (a workflow, tasks or rewards by import path) by name
+    runtime_env = {"env_vars": {"PYTHONPATH": python_path()}} if python_path() else None
     address = r.address or os.environ.get("RAY_ADDRESS")
     if address:
         source = "ray.address" if r.address else "RAY_ADDRESS"
         _probe(address, source, r.connect_timeout_s)
         try:
-            ray.init(address=address, logging_level=logging.WARNING)
+            ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
         except ConnectionError as exc:
             raise ConfigError(
                 f"{source}: cannot join the Ray cluster at {address!r} ({exc}); start it (ray start "
@@ -69,7 +72,13 @@ def connect(cfg: Config) -> bool:
             ) from None
     else:  # a local instance: as many logical CPUs as the actors reserve, whatever the machine has
         cpus = math.ceil(reserved(r)["CPU"])
-        ray.init("local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(
+            "local",
+            num_cpus=cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            runtime_env=runtime_env,
+        )
     have = ray.cluster_resources()
     for kind, want in reserved(r).items():
         if want > have.get(kind, 0.0):

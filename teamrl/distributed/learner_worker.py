@@ -49,8 +49,7 @@ class LearnerWorker:
         transformers.utils.logging.disable_progress_bar()
         self.policies = build_policies(cfg, progress=False)
         self.learner = Learner(cfg, self.policies)
-        roles = cfg.workflow.roles
-        self.snapshots = {ref_adapter(r): r for r in cfg.workflow.order if roles[r].adapter}
+        self.snapshots = {ref_adapter(r): r for r in cfg.role_order() if cfg.seat(r).adapter}
 
     def base_fingerprints(self) -> dict[str, str]:
         return base_fingerprints(self.policies)

@@ -57,8 +57,7 @@ class RayLearner:
         self.worker: Any = None
         self._held: dict[AdapterKey, int] = {}  # adapter -> weights_version the actor holds
         self._loaded: LearnerFiles | None = None  # a checkpoint's learner state, for the actor to load
-        roles = cfg.workflow.roles
-        self.roles = [(roles[r].policy, r) for r in cfg.workflow.order if roles[r].adapter]
+        self.roles = [(cfg.seat(r).policy, r) for r in cfg.role_order() if cfg.seat(r).adapter]
 
     def _call(self, method: str, *args: Any) -> Any:
         """``method`` of the actor (started first where it is not running yet)."""

@@ -53,8 +53,8 @@ class RayRollouts:
         self.replacements = 0
         self.adapters = [
             (spec.policy, role)
-            for role, spec in cfg.workflow.roles.items()
-            if role in cfg.workflow.order and spec.adapter
+            for role, spec in cfg.workflow.roles.items()  # type: ignore[attr-defined]
+            if role in cfg.role_order() and spec.adapter
         ]
 
     # -- workers ----------------------------------------------------------------------------------

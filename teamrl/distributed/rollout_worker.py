@@ -16,7 +16,14 @@ from teamrl.distributed.cluster import base_fingerprints
 from teamrl.distributed.weights import AdapterWeights, adapter_fingerprints, load_adapter_weights
 from teamrl.engine.engine import Engine
 from teamrl.protocol import Episode
-from teamrl.trainer.build import Task, build_policies, build_sandbox, build_team, episode_factories
+from teamrl.trainer.build import (
+    Task,
+    build_policies,
+    build_sandbox,
+    build_team,
+    build_workflow,
+    episode_factories,
+)
 
 
 @dataclass
@@ -40,6 +47,7 @@ class RolloutWorker:
         transformers.utils.logging.disable_progress_bar()  # the driver shows progress, not every worker
         self.cfg = cfg
         self.sandbox = build_sandbox(cfg)
+        self.workflow = build_workflow(cfg, self.sandbox)  # by name: a user's workflow is imported here too
         self.policies = build_policies(cfg, progress=False)
         self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
         self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
@@ -74,7 +82,7 @@ class RolloutWorker:
 
         self.team.share_turns(share)
         try:
-            factories = episode_factories(self.cfg, self.team, tasks, group_size, self.sandbox, seed_key)
+            factories = episode_factories(self.cfg, self.workflow, self.team, tasks, group_size, seed_key)
             episodes = self.engine.run(factories)
         finally:
             self.team.share_turns()

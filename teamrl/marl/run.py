@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from teamrl.atomic import atomic_write_text
-from teamrl.trainer.run_dir import JsonlLog
+from teamrl.atomic import JsonlLog, atomic_write_text
 
 RETURN_DEFINITION = (
     "return/mean: undiscounted episode return summed over all agents, averaged over the episodes that "

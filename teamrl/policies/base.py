@@ -68,3 +68,8 @@ class TrainablePolicy(Protocol):
     def adapter_parameters(self, name: str) -> list[Any]: ...
 
     def set_trainable(self, names: Any) -> None: ...
+
+
+def ref_adapter(role: str) -> str:
+    """The name of ``role``'s frozen snapshot after SFT (the KL reference, the counterfactual baseline)."""
+    return f"ref_{role}"

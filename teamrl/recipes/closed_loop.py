@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tqdm.auto import tqdm
 
+from teamrl.atomic import JsonlLog
 from teamrl.engine.team import Seat
+from teamrl.policies.base import ref_adapter
 from teamrl.protocol import Episode
 from teamrl.recipes.schedule import Phase, iterations_for
-from teamrl.trainer.learner import ref_adapter
-from teamrl.trainer.run_dir import JsonlLog
 
 if TYPE_CHECKING:
-    from teamrl.trainer.trainer import Trainer
+    from teamrl.recipes.schedule import RecipeHost as Trainer
 
 log = logging.getLogger("teamrl")
 

@@ -45,16 +45,13 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from teamrl.atomic import atomic_write_text
-from teamrl.config import DebateConfig
 from teamrl.engine.team import Seat
 from teamrl.protocol import Episode, Turn
 from teamrl.recipes.schedule import Phase, phases_for
 from teamrl.tasks.reasoning import normalize_answer
-from teamrl.workflows import debate
-from teamrl.workflows.debate import final_answer
 
 if TYPE_CHECKING:
-    from teamrl.trainer.trainer import Trainer
+    from teamrl.recipes.schedule import RecipeHost as Trainer
 
 log = logging.getLogger("teamrl")
 
@@ -114,10 +111,10 @@ def reward_pairing_score(episode: Episode, role: str, opponent: str) -> float | 
     return 0.5 if abs(mine - theirs) < 1e-9 else float(mine > theirs)
 
 
-def pairing_score(workflow: object, episode: Episode, role: str, opponent: str) -> float | None:
-    """The workflow's own result of a pairing where it defines one (two debaters), else the reward
-    comparison."""
-    score = debate.pairing_score(episode, role, opponent) if isinstance(workflow, DebateConfig) else None
+def pairing_score(workflow: Any, episode: Episode, role: str, opponent: str) -> float | None:
+    """The workflow's own result of a pairing where it defines one (``Workflow.pairing_score``: two
+    debaters), else the reward comparison."""
+    score = workflow.pairing_score(episode, role, opponent)
     return score if score is not None else reward_pairing_score(episode, role, opponent)
 
 
@@ -223,7 +220,7 @@ class Population:
 
     def _seat(self, seat: str, source: str, adapter: str) -> Seat:
         """``seat`` played by learner ``source``'s policy with ``adapter``; the seat's own length limit."""
-        policy = self.trainer.cfg.workflow.roles[source].policy
+        policy = self.trainer.cfg.seat(source).policy
         return dataclasses.replace(self.own_seats[seat], policy=policy, adapter=adapter, trainable=False)
 
     def pool_seats(self, active: str) -> dict[str, str]:
@@ -291,7 +288,7 @@ class Population:
         """Score the iteration's pairings, update the tables and ratings; at the end of a block, take the
         learner's snapshot and probe the pool's diversity. Returns the metrics to log."""
         [active] = phase.roles
-        workflow = self.trainer.cfg.workflow
+        workflow = self.trainer.workflow
         scores: dict[str, list[float]] = {}
         for ep in episodes:
             for seat, name in self.drawn.items():
@@ -350,7 +347,7 @@ class Population:
                 episodes = trainer.rollout(tasks, 1)
             # the role's last reply in each episode (None where it did not speak)
             last: list[Turn | None] = [(ep.turns_of(role) or [None])[-1] for ep in episodes]
-            answers.append([final_answer(t) if t is not None else None for t in last])
+            answers.append([trainer.workflow.answer_of(t) if t is not None else None for t in last])
             texts.append([t.text if t is not None else "" for t in last])
         return diversity_figures(answers, texts)
 

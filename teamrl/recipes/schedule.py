@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from teamrl.config import Config
 from teamrl.engine.team import Seat
 from teamrl.protocol import Episode
+from teamrl.recipes.settings import RecipeConfig
 
 DEFAULT_ITERATIONS = 4  # freeze_rotate iterations of a role that a per-role mapping leaves out
 
@@ -86,7 +86,18 @@ def population_blocks(learners: Sequence[str], iterations: int, snapshot_every: 
     return phases
 
 
-def phases_for(cfg: Config) -> list[Phase]:
+class RunPlan(Protocol):
+    """What a schedule reads of a run's config (``teamrl.config.Config`` is one)."""
+
+    @property
+    def recipe(self) -> RecipeConfig: ...
+
+    def trained_roles(self) -> list[str]: ...
+
+    def population_learners(self) -> list[str]: ...
+
+
+def phases_for(cfg: RunPlan) -> list[Phase]:
     """The phases of a fixed schedule (freeze_rotate, joint, population). closed_loop has none in advance:
     it decides each phase while it runs (``teamrl.recipes.closed_loop.ClosedLoop``)."""
     if cfg.recipe.name == "closed_loop":
@@ -100,3 +111,32 @@ def phases_for(cfg: Config) -> list[Phase]:
     if cfg.recipe.name == "freeze_rotate":
         return freeze_rotate(roles, cfg.recipe.rounds, cfg.recipe.iterations_per_role)
     return joint(roles, cfg.recipe.iterations)
+
+
+class RecipeHost(Protocol):
+    """What the recipes that act during a run (closed_loop, population) use of it: the narrow interface
+    they are written against (``teamrl.trainer.Trainer`` is one)."""
+
+    cfg: Any  # teamrl.config.Config
+    run_dir: Path
+    state: Any  # step, phase, phase_iteration
+    suite: Any  # teamrl.tasks.TaskSuite
+    workflow: Any  # teamrl.workflows.base.Workflow
+    team: Any  # teamrl.engine.team.Team
+    engine: Any  # teamrl.engine.engine.Engine
+    policies: dict[str, Any]
+    learner: Any
+    progress: bool
+
+    def rollout(
+        self,
+        tasks: list[Any],
+        group_size: int,
+        share: frozenset[str] = frozenset(),
+        seed_key: str | None = None,
+        train_roles: tuple[str, ...] = (),
+    ) -> list[Episode]: ...
+
+    def policy_of(self, role: str) -> Any: ...
+
+    def log_metrics(self, record: dict[str, Any]) -> None: ...

@@ -5,7 +5,7 @@ and a side-by-side comparison of several runs (LLM-team runs and classic-MARL ru
     from teamrl.report import write_report
     write_report(["runs/E9", "runs/E10"], "runs/report")
 
-Imports are lazy so that the trainer can use :mod:`teamrl.report.live` without matplotlib.
+Imports are lazy: importing the package does not import matplotlib.
 """
 
 from __future__ import annotations

@@ -26,9 +26,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from teamrl.config import RewardConfig, RoleConfig
-from teamrl.protocol import Episode
+from teamrl.protocol import Episode, MessageKind
+from teamrl.rewards.settings import RewardConfig
+
+
+class RoleConfig(Protocol):
+    """A pipeline role as the credit functions read it: the message kind it produces."""
+
+    @property
+    def kind(self) -> MessageKind: ...
 
 
 def plan_words(plan: str | None) -> set[str]:
@@ -65,7 +73,7 @@ def _verdict_score(episode: Episode, turn_index: int, version: int) -> float:
     return float(verdict is not None and (verdict == "approve") == passes)
 
 
-def process_scores(episode: Episode, roles: dict[str, RoleConfig]) -> dict[str, float]:
+def process_scores(episode: Episode, roles: Mapping[str, RoleConfig]) -> dict[str, float]:
     """p_i for every role that spoke in ``episode`` (needs ``episode.verifier``)."""
     v = episode.verifier
     code_pass: list[float] = v.get("code_pass", [])  # type: ignore[assignment]
@@ -100,7 +108,7 @@ def process_scores(episode: Episode, roles: dict[str, RoleConfig]) -> dict[str, 
 
 def assign_hybrid_rewards(
     episode: Episode,
-    roles: dict[str, RoleConfig],
+    roles: Mapping[str, RoleConfig],
     alpha: float,
     format_penalty: float,
     role_alpha: Mapping[str, float] | None = None,
@@ -137,7 +145,7 @@ class ScoredTurn:
     score: float  # the verifier's score of this turn alone, in [0, 1]
 
 
-def scored_turns(episode: Episode, roles: dict[str, RoleConfig] | None = None) -> list[ScoredTurn]:
+def scored_turns(episode: Episode, roles: Mapping[str, RoleConfig] | None = None) -> list[ScoredTurn]:
     """Every turn's verifier score, in turn order, read from ``episode.verifier``.
 
     pipeline (``code_pass`` in the verifier; needs ``roles`` for the plan and tests kinds): a code
@@ -168,7 +176,7 @@ def scored_turns(episode: Episode, roles: dict[str, RoleConfig] | None = None) -
     )
 
 
-def _pipeline_scored_turns(episode: Episode, roles: dict[str, RoleConfig]) -> list[ScoredTurn]:
+def _pipeline_scored_turns(episode: Episode, roles: Mapping[str, RoleConfig]) -> list[ScoredTurn]:
     v = episode.verifier
     code_pass: list[float] = v["code_pass"]  # type: ignore[assignment]
     version_of = {turn: k for k, turn in enumerate(v.get("code_turns", []))}  # type: ignore[call-overload]
@@ -345,7 +353,9 @@ def marti_turn_credit(
     return out
 
 
-def apply_credit(episode: Episode, reward: RewardConfig, roles: dict[str, RoleConfig] | None = None) -> None:
+def apply_credit(
+    episode: Episode, reward: RewardConfig, roles: Mapping[str, RoleConfig] | None = None
+) -> None:
     """Turn ``episode.rewards`` (the workflow's hybrid rewards) into ``reward.credit``'s, for every
     role that spoke.
 

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from teamrl.algorithms import explained_variance, normalize_advantages, per_role_gae, value_loss
-from teamrl.config import CRITIC_ADAPTER, Config, RewardConfig, RoleConfig
+from teamrl.config import CRITIC_ADAPTER, Config, RewardConfig
 from teamrl.policies.hf import HFPolicy
 from teamrl.protocol import Episode
-from teamrl.rewards.credit import maporl_turn_credit, marti_turn_credit, scored_turns
+from teamrl.rewards.credit import RoleConfig, ScoredTurn, maporl_turn_credit, marti_turn_credit, scored_turns
 
 TurnKey = tuple[int, int]
 """(episode index in the batch, turn index in the episode)."""
@@ -43,21 +44,27 @@ def critic_state(episode: Episode, turn_index: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def turn_rewards(episode: Episode, reward: RewardConfig, roles: dict[str, RoleConfig]) -> list[float]:
+def turn_rewards(
+    episode: Episode,
+    reward: RewardConfig,
+    scorer: Callable[[Episode], list[ScoredTurn]] | Mapping[str, RoleConfig],
+) -> list[float]:
     """The reward that arrives with each turn of ``episode``, in turn order.
 
     With a per-turn credit strategy (``maporl``, ``marti``) each turn of role i gets its own credit
     minus the format penalty if it is malformed, divided by i's number of turns, so that i's turns sum
     to its episode reward ``episode.rewards[i]``; with the others (``hybrid``, ``shared``,
-    ``counterfactual``) the role's episode reward arrives at its last turn and its earlier turns get 0.
+    ``counterfactual``, several functions) the role's episode reward arrives at its last turn and its
+    earlier turns get 0. ``scorer``: the workflow's ``scored_turns`` (or a pipeline's roles).
     """
     turns = episode.turns
     counts: dict[str, int] = {}
     for t in turns:
         counts[t.role] = counts.get(t.role, 0) + 1
-    if reward.credit in ("maporl", "marti"):
-        scored = scored_turns(episode, roles)
-        if reward.credit == "maporl":
+    functions = [(f.name, f.weight) for f in reward.function_list()]
+    if functions in ([("maporl", 1.0)], [("marti", 1.0)]):
+        scored = scorer(episode) if callable(scorer) else scored_turns(episode, scorer)
+        if functions[0][0] == "maporl":
             credits = maporl_turn_credit(scored, **reward.maporl.model_dump())
         else:
             credits = marti_turn_credit(scored, episode.outcome, **reward.marti.model_dump())
@@ -83,12 +90,13 @@ class CriticBatch:
 
 
 class CentralisedCritic:
-    """A value adapter + linear head on ``policy``'s base; one value per role in ``cfg.workflow.order``."""
+    """A value adapter + linear head on ``policy``'s base; one value per role of the workflow."""
 
     def __init__(self, policy: HFPolicy, cfg: Config) -> None:
         self.policy = policy
         self.cfg = cfg
-        self.roles = list(dict.fromkeys(cfg.workflow.order))
+        self.roles = list(dict.fromkeys(cfg.role_order()))
+        self.scorer = cfg.workflow_class(cfg.workflow).scored_turns
         policy.add_adapter(CRITIC_ADAPTER)
         hidden = int(policy.base.config.hidden_size)
         # Zero init: every value starts at 0, so the first advantages are the plain returns.
@@ -138,7 +146,7 @@ class CentralisedCritic:
         keys: list[TurnKey] = []
         rewards: list[float] = []
         for i, ep in enumerate(episodes):
-            per_turn = turn_rewards(ep, self.cfg.reward, self.cfg.workflow.roles)  # type: ignore[arg-type]
+            per_turn = turn_rewards(ep, self.cfg.reward, self.scorer)
             for j, turn in enumerate(ep.turns):
                 if turn.role in roles:
                     keys.append((i, j))

@@ -21,6 +21,7 @@ from teamrl.algorithms import (
     team_relative_advantages,
 )
 from teamrl.config import Config
+from teamrl.policies.base import ref_adapter  # noqa: F401 - also imported from here
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.openai_compat import OpenAICompatPolicy
 from teamrl.protocol import Episode, Turn
@@ -31,11 +32,6 @@ OPTIMIZERS_FILE = "optimizers.pt"
 CRITIC_DIR = "critic"
 LEARNER_FILES = (OPTIMIZERS_FILE, CRITIC_DIR)
 """What :meth:`Learner.save` writes into a checkpoint."""
-
-
-def ref_adapter(role: str) -> str:
-    """The name of ``role``'s frozen snapshot after SFT (the KL reference, the counterfactual baseline)."""
-    return f"ref_{role}"
 
 
 @dataclass
@@ -64,7 +60,7 @@ class Learner:
         )
 
     def policy_of(self, role: str) -> HFPolicy:
-        return self.policies[self.cfg.workflow.roles[role].policy]  # type: ignore[return-value]
+        return self.policies[self.cfg.seat(role).policy]  # type: ignore[return-value]
 
     def optimizer(self, role: str) -> torch.optim.Optimizer:
         if role not in self.optimizers:

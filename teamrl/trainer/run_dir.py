@@ -3,53 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from teamrl.atomic import atomic_write_text, reporting_full_disk
-
-
-class JsonlLog:
-    """Append-only JSON lines; each record is flushed and fsynced as one write."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def append(self, record: dict[str, Any]) -> None:
-        with reporting_full_disk(self.path), open(self.path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def lines(self) -> list[dict[str, Any] | None]:
-        """Every line in order, parsed; None for a line that is not a JSON object (cut by a crash
-        mid-write, or damaged)."""
-        if not self.path.exists():
-            return []
-        text = self.path.read_text(errors="replace")
-        out: list[dict[str, Any] | None] = []
-        for line in text.split("\n")[: -1 if text.endswith("\n") or not text else None]:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
-            out.append(row if isinstance(row, dict) else None)
-        return out
-
-    def read(self) -> list[dict[str, Any]]:
-        return [row for row in self.lines() if row is not None]
-
-    def rewrite(self, rows: list[dict[str, Any]]) -> None:
-        """Replace the log by ``rows`` (atomically)."""
-        write_jsonl(self.path, rows)
-
-
-def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+from teamrl.atomic import JsonlLog, write_jsonl  # noqa: F401 - imported from here too
 
 
 @dataclass

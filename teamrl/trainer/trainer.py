@@ -21,27 +21,25 @@ from teamrl.config import Config, dump_config, load_config
 from teamrl.distributed import RayLearner, RayRollouts, RaySandbox, connect, require_ray
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team
+from teamrl.policies.base import ref_adapter
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode
 from teamrl.recipes import IterationHooks, Phase, phases_for
 from teamrl.recipes.closed_loop import ClosedLoop
 from teamrl.recipes.population import Population
-from teamrl.report.live import LiveTable
 from teamrl.rewards.counterfactual import counterfactual_credit
 from teamrl.trainer.build import (
     Task,
-    assign_batch_rewards,
-    assign_rewards,
     build_policies,
     build_sandbox,
     build_suite,
     build_team,
+    build_workflow,
     demonstrations,
     episode_factories,
-    play_episode,
-    reference_solver_evaluation,
-    solver_heldout_evaluation,
+    rollouts,
+    score_episodes,
 )
 from teamrl.trainer.checkpoints import (
     STATE,
@@ -57,10 +55,11 @@ from teamrl.trainer.checkpoints import (
     write_checkpoint,
 )
 from teamrl.trainer.faults import fault_point
-from teamrl.trainer.learner import Learner, ref_adapter
+from teamrl.trainer.learner import Learner
+from teamrl.trainer.live import LiveTable
 from teamrl.trainer.run_dir import JsonlLog, RestoredRows, rows_at_checkpoint, write_jsonl
 from teamrl.trainer.run_lock import RunLock
-from teamrl.workflows.self_play import self_play_metrics
+from teamrl.workflows.base import Workflow
 
 log = logging.getLogger("teamrl")
 
@@ -115,6 +114,7 @@ class Trainer:
         self._metrics_rows = 0  # rows in metrics.jsonl
         self._unsaved_rows: list[dict[str, Any]] = []  # rows logged since the last checkpoint
         self._stop: str | None = None  # why the run should stop at its next checkpoint
+        self.reward_metrics: dict[str, float] = {}  # the reward functions' figures of the last rollout
         self._tb = None
         try:
             self._build(resume, read_only)
@@ -124,9 +124,14 @@ class Trainer:
 
     def _build(self, resume: bool, read_only: bool) -> None:
         cfg = self.cfg
-        # first: a sandbox that cannot work here (no bubblewrap under isolation auto) stops the run
-        # before its directory is made
+        # everything that can fail on a bad config (no bubblewrap under isolation auto, a task file, a
+        # checkpoint path) fails before the run directory is made, so a retry is not blocked by it
         self.sandbox = build_sandbox(cfg)
+        self.suite = build_suite(cfg)
+        self.workflow: Workflow[Any] = build_workflow(cfg, self.sandbox)
+        self.policies = build_policies(cfg, progress=self.progress)
+        self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
+        self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics = JsonlLog(self.run_dir / "metrics.jsonl")
         if read_only:
@@ -138,16 +143,12 @@ class Trainer:
             self._open_run(resume)
             if not resume:
                 atomic_write_text(self.run_dir / "config.yaml", dump_config(cfg))
-        self.suite = build_suite(cfg)
-        self.policies = build_policies(cfg, progress=self.progress)
-        self.engine = Engine(self.policies, max_concurrency=cfg.run.max_concurrency)  # type: ignore[arg-type]
-        self.team = build_team(cfg, self.engine, cfg.algorithm.temperature)
         # a recipe that acts inside the iterations (population: who plays the opponents' seats)
         self.hooks: IterationHooks | None = Population(self) if cfg.recipe.name == "population" else None
         # backend ray: Ray actors play the rollouts and run the learner (below); counterfactual replays,
         # credit and checkpoints stay here
         self.remote = RayRollouts(cfg, self.policies, self.engine.stats) if cfg.run.backend == "ray" else None
-        self.live = LiveTable(cfg.workflow.order)  # the per-iteration table printed with the progress bar
+        self.live = LiveTable(cfg.role_order())  # the per-iteration table printed with the progress bar
         # the optimizers (and the ppo_critic critic) live with the learner: here, or in a Ray actor
         self.learner: Learner | RayLearner = (
             RayLearner(cfg, self.policies) if cfg.run.backend == "ray" else Learner(cfg, self.policies)
@@ -157,7 +158,7 @@ class Trainer:
 
     # -- helpers ------------------------------------------------------------------------------
     def policy_of(self, role: str) -> HFPolicy:
-        return self.policies[self.cfg.workflow.roles[role].policy]
+        return self.policies[self.cfg.seat(role).policy]
 
     @property
     def tb(self):  # noqa: ANN201 - created lazily: TensorBoard import is slow
@@ -185,43 +186,43 @@ class Trainer:
         group_size: int,
         share: frozenset[str] = frozenset(),
         seed_key: str | None = None,
+        train_roles: tuple[str, ...] = (),
     ) -> list[Episode]:
         """Play ``group_size`` episodes of every task concurrently, verify them and assign credit.
 
         ``share``: roles whose turn is sampled once per distinct prompt and reused by the whole group
         (the frozen roles of a training phase; see ``Team.share_turns``). ``seed_key``: the episodes'
-        sampling seeds (``episode_factories``); None samples from the global generator."""
+        sampling seeds (``episode_factories``); None samples from the global generator. ``train_roles``:
+        the roles this RL iteration trains (counterfactual credit replays them); the reward functions'
+        figures are left in :attr:`reward_metrics`."""
         self.team.share_turns(share)
         try:
             if self.remote is not None:
                 episodes = self.remote.rollout(tasks, group_size, share, seed_key)
             else:
-                factories = episode_factories(self.cfg, self.team, tasks, group_size, self.sandbox, seed_key)
+                factories = episode_factories(self.cfg, self.workflow, self.team, tasks, group_size, seed_key)
                 episodes = self.engine.run(factories)
         finally:
             self.team.share_turns()
-        for ep in episodes:
-            assign_rewards(self.cfg, ep)
-        assign_batch_rewards(self.cfg, episodes)
+        replay = (lambda eps: self.counterfactual(tasks, eps, train_roles)) if train_roles else None
+        self.reward_metrics = score_episodes(self.cfg, self.workflow, episodes, replay)
         return episodes
 
     def counterfactual(
         self, tasks: list[Task], episodes: list[Episode], roles: tuple[str, ...]
     ) -> dict[str, float]:
-        """With ``reward.credit: counterfactual``, replace the trained roles' rewards by R - R_cf
-        (``teamrl.rewards.counterfactual``); returns its metrics. A no-op for every other credit."""
-        r, wf = self.cfg.reward, self.cfg.workflow
-        if r.credit != "counterfactual":
-            return {}
+        """Replace the trained roles' rewards by R - R_cf (``teamrl.rewards.counterfactual``); returns its
+        metrics. The reward function ``counterfactual`` calls it during RL."""
+        r = self.cfg.reward
         by_id = {t.task_id: t for t in tasks}
 
         async def replay(team: Team, episode: Episode) -> Episode:
-            return await play_episode(self.cfg, team, by_id[episode.task_id], self.sandbox, episode.group)
+            return await self.workflow.play(team, by_id[episode.task_id], episode.group)
 
         def baseline(role: str) -> Seat | None:  # None: the role's replayed turns are empty
             if r.counterfactual_baseline == "empty":
                 return None
-            ref = ref_adapter(role) if wf.roles[role].adapter else None
+            ref = ref_adapter(role) if self.cfg.seat(role).adapter else None
             return dataclasses.replace(self.team.seats[role], adapter=ref)
 
         stats = counterfactual_credit(
@@ -236,18 +237,19 @@ class Trainer:
             if isinstance(policy, HFPolicy):  # an inference-only endpoint has no local model
                 policy.model.eval()
         episodes = self.rollout(tasks, self.cfg.run.eval_samples, seed_key="eval")
-        result = {"label": label, "step": self.state.step, **summarize(episodes, prefix="eval/")}
-        alone, solo = solver_heldout_evaluation(
-            self.cfg, self.team, self.engine, tasks, self.cfg.run.eval_samples
+        result = {"label": label, "step": self.state.step, **summarize(episodes, "eval/", self.workflow)}
+        more, extra = self.workflow.evaluate(
+            rollouts(self.cfg, self.team, self.engine), tasks, episodes, self.cfg.run.eval_samples
         )
-        result.update(alone)
-        result.update(reference_solver_evaluation(self.cfg, self.team, self.engine, episodes))
+        result.update(more)
         if save_episodes:
             write_jsonl(self.run_dir / "episodes" / f"eval_{label}.jsonl", (e.model_dump() for e in episodes))
-            if solo:
-                write_jsonl(
-                    self.run_dir / "episodes" / f"eval_{label}_solver.jsonl", (e.model_dump() for e in solo)
-                )
+            for suffix, eps in extra.items():
+                if eps:
+                    write_jsonl(
+                        self.run_dir / "episodes" / f"eval_{label}_{suffix}.jsonl",
+                        (e.model_dump() for e in eps),
+                    )
         fault_point("evaluated")
         return result
 
@@ -265,14 +267,14 @@ class Trainer:
         if s.enabled:
             pairs = demonstrations(self.cfg, s.demo_episodes, seed=self.cfg.run.seed + 104729)
             settings = SFTSettings(epochs=s.epochs, batch_size=s.batch_size, lr=s.lr, seed=self.cfg.run.seed)
-            for role in self.cfg.workflow.order:
-                if not self.cfg.workflow.roles[role].adapter:
+            for role in self.cfg.role_order():
+                if not self.cfg.seat(role).adapter:
                     continue
                 result = self.policy_of(role).sft(role, pairs[role], settings, progress=self.progress)
                 out[f"sft/{role}/loss"] = float(result.get("final_loss", result.get("loss", 0.0)))
                 fault_point("sft")
-        for role in self.cfg.workflow.order:
-            if self.cfg.workflow.roles[role].adapter:
+        for role in self.cfg.role_order():
+            if self.cfg.seat(role).adapter:
                 self.policy_of(role).copy_adapter(role, ref_adapter(role))
         return out
 
@@ -283,8 +285,8 @@ class Trainer:
             for name, p in self.policies.items()
             if isinstance(p, HFPolicy)  # an openai endpoint holds no weights here
         }
-        for role in self.cfg.workflow.order:
-            if self.cfg.workflow.roles[role].adapter:
+        for role in self.cfg.role_order():
+            if self.cfg.seat(role).adapter:
                 fp[role] = self.policy_of(role).fingerprint(role)
         return fp
 
@@ -303,8 +305,8 @@ class Trainer:
         st.metrics_rows, st.metrics_tail = self._metrics_rows, self._unsaved_rows
 
         def fill(tmp: Path) -> None:
-            for role in self.cfg.workflow.order:
-                if self.cfg.workflow.roles[role].adapter:
+            for role in self.cfg.role_order():
+                if self.cfg.seat(role).adapter:
                     pol = self.policy_of(role)
                     pol.save_adapter(role, tmp / "adapters" / role)
                     if self.state.sft_done:
@@ -388,8 +390,8 @@ class Trainer:
     def _load_checkpoint(self) -> None:
         ckpt = self._checkpoint
         assert ckpt is not None
-        for role in self.cfg.workflow.order:
-            if not self.cfg.workflow.roles[role].adapter:
+        for role in self.cfg.role_order():
+            if not self.cfg.seat(role).adapter:
                 continue
             pol = self.policy_of(role)
             pol.load_adapter(role, ckpt / "adapters" / role)
@@ -469,11 +471,17 @@ class Trainer:
                 tasks = self.suite.sample("train", cfg.algorithm.tasks_per_iteration, rng)
                 tokens0, gen0 = self.engine.stats.generated_tokens, self.engine.stats.generate_s
                 shared = frozenset(
-                    r for r in cfg.workflow.order if r not in phase.roles and cfg.algorithm.share_frozen_turns
+                    r for r in cfg.role_order() if r not in phase.roles and cfg.algorithm.share_frozen_turns
                 )
                 with self.team.seated(self.hooks.seats(phase) if self.hooks is not None else {}):
-                    episodes = self.rollout(tasks, cfg.algorithm.group_size, shared, seed_key=f"rl{st.step}")
-                    credit_stats = self.counterfactual(tasks, episodes, phase.roles)
+                    episodes = self.rollout(
+                        tasks,
+                        cfg.algorithm.group_size,
+                        shared,
+                        seed_key=f"rl{st.step}",
+                        train_roles=phase.roles,
+                    )
+                    credit_stats = self.reward_metrics
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
@@ -485,7 +493,7 @@ class Trainer:
                 record: dict[str, Any] = {
                     "step": st.step,
                     "phase": phase.name,
-                    **summarize(episodes, prefix="rollout/"),
+                    **summarize(episodes, "rollout/", self.workflow),
                     **stats,
                     **credit_stats,
                     "perf/rollout_tokens_per_s": tokens / max(rollout_s, 1e-9),
@@ -536,9 +544,11 @@ class Trainer:
         return summary
 
 
-def summarize(episodes: list[Episode], prefix: str) -> dict[str, float]:
-    """Team success, outcome, per-role reward / process / format-error means and, for self-play, the
-    game's own figures (``selfplay/...``)."""
+def summarize(
+    episodes: list[Episode], prefix: str, workflow: Workflow[Any] | None = None
+) -> dict[str, float]:
+    """Team success, outcome, per-role reward / process / format-error means and the workflow's own
+    figures (``Workflow.metrics``)."""
     n = max(len(episodes), 1)
     out = {
         f"{prefix}solved": sum(bool(e.verifier.get("solved")) for e in episodes) / n,
@@ -552,7 +562,8 @@ def summarize(episodes: list[Episode], prefix: str) -> dict[str, float]:
         out[f"{prefix}process/{role}"] = sum(e.process.get(role, 0.0) for e in eps) / len(eps)
         turns = [t for e in eps for t in e.turns_of(role)]
         out[f"{prefix}format_error/{role}"] = sum(t.error is not None for t in turns) / max(len(turns), 1)
-    out.update(self_play_metrics(episodes, prefix))
+    if workflow is not None:
+        out.update(workflow.metrics(episodes, prefix))
     return out
 
 

@@ -23,11 +23,77 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from typing import Any, Literal
 
-from teamrl.config import JUDGE, DebateConfig
-from teamrl.engine.team import Team
+from pydantic import Field, model_validator
+
+from teamrl.engine.team import ScriptedRole, Team
 from teamrl.protocol import Episode, Turn
+from teamrl.protocol.settings import ConfigError, SeatConfig, WorkflowSettings
+from teamrl.rewards.credit import ScoredTurn, scored_turns
 from teamrl.tasks.reasoning import ReasoningTask, extract_answer, normalize_answer
+from teamrl.workflows.base import Workflow
+
+JUDGE = "judge"
+
+
+class DebateConfig(WorkflowSettings):
+    """Workflow ``debate``: who debates, for how long, what each sees, and how the verdict is reached
+    (see teamrl/workflows/debate.py). Its roles are debater_0 .. debater_{N-1}, plus ``judge`` when
+    the judge gives the verdict."""
+
+    name: str = "debate"
+    debaters: int = Field(3, ge=1, le=16, description="number of debaters, roles debater_0 .. debater_{N-1}")
+    rounds: int = Field(1, ge=0, le=8, description="revision rounds after round 0's independent answers")
+    visible_others: int | None = Field(
+        None, ge=0, description="how many peers' latest arguments a debater sees per round; None: all"
+    )
+    shuffle: bool = Field(
+        False, description="show peers in a seeded random order (else ring order i+1, i+2..)"
+    )
+    seed: int = Field(0, description="seed of the shuffle; with the task id and group it fixes every view")
+    aggregation: Literal["judge", "majority"] = Field(
+        "majority", description="verdict: the judge role's answer, or the final round's majority answer"
+    )
+    judge_sees: Literal["answers", "arguments"] = Field(
+        "answers", description="the judge sees the final answers only, or the full last-round arguments"
+    )
+    debater_sop: str = Field("Solve it step by step. End with ANSWER: <number>.")
+    judge_sop: str = Field("Decide the correct answer. Reply ANSWER: <number>.")
+    roles: dict[str, SeatConfig] = Field(
+        default_factory=dict,
+        description="seat of each role (policy, adapter, trainable, max_new_tokens); roles left out get "
+        "the defaults",
+    )
+
+    @model_validator(mode="after")
+    def _roles(self) -> DebateConfig:
+        if self.visible_others is not None and self.visible_others > self.debaters - 1:
+            raise ValueError(
+                f"visible_others={self.visible_others} exceeds the {self.debaters - 1} other debaters; "
+                "lower it or use None (all)"
+            )
+        for name in self.roles:
+            if name not in self.order:
+                fix = "set aggregation: judge to have one" if name == JUDGE else "raise debaters or remove it"
+                raise ValueError(f"roles.{name} is not a role of this debate {self.order}; {fix}")
+        for name in self.order:  # in place: assigning would validate this model again
+            self.roles.setdefault(name, SeatConfig())
+        return self
+
+    merge_exclude = frozenset({"roles"})  # they follow from debaters and aggregation
+
+    def interchangeable_roles(self) -> list[str]:
+        return self.debater_roles
+
+    @property
+    def debater_roles(self) -> list[str]:
+        return [f"debater_{i}" for i in range(self.debaters)]
+
+    @property
+    def order(self) -> list[str]:
+        """Every role, in speaking order."""
+        return self.debater_roles + [JUDGE] * (self.aggregation == "judge")
 
 
 def debate_prompt(role: str, sop: str, task: ReasoningTask, sections: list[tuple[str, str]]) -> str:
@@ -149,16 +215,7 @@ def verify(
 
 def assign_debate_rewards(episode: Episode, alpha: float, format_penalty: float) -> None:
     """Fill ``episode.process`` and ``episode.rewards`` for every role that spoke (needs ``verify``)."""
-    v = episode.verifier
-    correct: list[list[bool]] = v["correct"]  # type: ignore[assignment]
-    names: list[str] = v["debaters"]  # type: ignore[assignment]
-    outcome: dict[str, float] = {}
-    process: dict[str, float] = {}
-    for i, name in enumerate(names):
-        per_round = [float(row[i]) for row in correct]
-        outcome[name], process[name] = per_round[-1], sum(per_round) / len(per_round)
-    if episode.turns_of(JUDGE):
-        outcome[JUDGE] = process[JUDGE] = float(v["verdict_correct"])  # type: ignore[arg-type]
+    outcome, process = _debate_scores(episode)
     rewards = {}
     for role in outcome:
         turns = episode.turns_of(role)
@@ -179,3 +236,68 @@ def pairing_score(episode: Episode, role: str, opponent: str) -> float | None:
     final: list[bool] = episode.verifier["correct"][-1]  # type: ignore[index]
     mine, theirs = final[names.index(role)], final[names.index(opponent)]
     return 0.5 if mine == theirs else float(mine)
+
+
+def with_answers(tasks: list[Any]) -> list[Any]:
+    """The tasks an expert can demonstrate: those with a known answer (a task file may leave it out)."""
+    known = [t for t in tasks if getattr(t, "answer", None) is not None]
+    if not known:
+        raise ConfigError(
+            "tasks.path: no training task in the file has an answer, so no expert can demonstrate one "
+            "for SFT or for the embedded base model; give answers, or use a `kind: hf` policy with "
+            "recipe.sft.enabled: false"
+        )
+    return known
+
+
+class Debate(Workflow[DebateConfig]):
+    """``debate``: debaters answer, then revise over rounds seeing their peers; a judge or the majority
+    gives the verdict."""
+
+    Settings = DebateConfig
+    task_suite = "reasoning"
+    task_type = ReasoningTask
+    headline = [("accuracy", "eval/solved")]
+
+    async def play(self, team: Team, task: Any, group: int = 0) -> Episode:
+        return await debate(team, task, self.settings, group=group)
+
+    def role_outcomes(self, episode: Episode) -> dict[str, float]:
+        return _debate_scores(episode)[0]
+
+    def process_scores(self, episode: Episode) -> dict[str, float]:
+        return _debate_scores(episode)[1]
+
+    def scored_turns(self, episode: Episode) -> list[ScoredTurn]:
+        return scored_turns(episode)
+
+    def pairing_score(self, episode: Episode, role: str, opponent: str) -> float | None:
+        return pairing_score(episode, role, opponent)
+
+    def answer_of(self, turn: Turn) -> str | None:
+        return final_answer(turn)
+
+    def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
+        from teamrl.workflows.experts import debate_experts  # it imports this module
+
+        experts = debate_experts(rng)
+        return {r: experts["judge" if r == JUDGE else "debater"] for r in self.settings.order}
+
+    def demonstration_tasks(self, tasks: list[Any]) -> list[Any]:
+        return with_answers(tasks)
+
+
+def _debate_scores(episode: Episode) -> tuple[dict[str, float], dict[str, float]]:
+    """Each role's outcome (a debater's final answer right, the judge's verdict right) and process score
+    (a debater's share of rounds answered right)."""
+    v = episode.verifier
+    correct: list[list[bool]] = v["correct"]  # type: ignore[assignment]
+    names: list[str] = v["debaters"]  # type: ignore[assignment]
+    outcome: dict[str, float] = {}
+    process: dict[str, float] = {}
+    for i, name in enumerate(names):
+        per_round = [float(row[i]) for row in correct]
+        outcome[name], process[name] = per_round[-1], sum(per_round) / len(per_round)
+    if episode.turns_of(JUDGE):
+        outcome[JUDGE] = process[JUDGE] = float(v["verdict_correct"])  # type: ignore[arg-type]
+    return outcome, process

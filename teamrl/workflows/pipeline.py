@@ -15,17 +15,74 @@ run on the reference and on the buggy solution (both ours: they share a process)
 from __future__ import annotations
 
 import asyncio
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from teamrl.config import WorkflowConfig
-from teamrl.engine.team import Team
-from teamrl.protocol import Episode, Turn
-from teamrl.rewards.credit import plan_words
+from pydantic import Field, model_validator
+
+from teamrl.engine.team import ScriptedRole, Team
+from teamrl.protocol import Episode, MessageKind, Turn
+from teamrl.protocol.settings import SeatConfig, WorkflowSettings
+from teamrl.rewards.credit import ScoredTurn, plan_words, process_scores, scored_turns
 from teamrl.tasks.programming import ProgrammingTask, plan_vocabulary
 from teamrl.tasks.sandbox import Sandbox
 from teamrl.tasks.sandbox.calls import judge_many, judge_trusted, parse_asserts
+from teamrl.workflows.base import Workflow
 
 MAX_TESTS = 8
+
+
+class RoleConfig(SeatConfig):
+    """A pipeline role: its seat, the message kind it produces and its SOP."""
+
+    kind: MessageKind = Field(description="the message kind this role produces: plan, code, review or tests")
+    sop: str = Field(description="the role's standard operating procedure, shown at the top of its prompt")
+
+
+_STAGES = ("plan", "code", "review", "tests")
+
+
+def _default_roles() -> dict[str, RoleConfig]:
+    return {
+        "planner": RoleConfig(kind="plan", sop="Plan the steps.", max_new_tokens=40),
+        "coder": RoleConfig(kind="code", sop="Write the function.", max_new_tokens=56),
+        "reviewer": RoleConfig(kind="review", sop="Approve or ask for a revision.", max_new_tokens=48),
+        "tester": RoleConfig(kind="tests", sop="Write asserts that catch bugs.", max_new_tokens=64),
+    }
+
+
+class PipelineConfig(WorkflowSettings):
+    """Workflow ``pipeline``: the roles of ``order`` speak in turn (see teamrl/workflows/pipeline.py)."""
+
+    name: str = "pipeline"
+    order: list[str] = Field(default_factory=lambda: ["planner", "coder", "reviewer", "tester"])
+    roles: dict[str, RoleConfig] = Field(default_factory=_default_roles)
+    max_review_rounds: int = Field(1, ge=0, le=8, description="reviewer -> coder revision rounds at most")
+
+    @model_validator(mode="after")
+    def _stages(self) -> PipelineConfig:
+        for name in self.order:
+            if name not in self.roles:
+                raise ValueError(
+                    f"workflow.order names {name!r}, which is not in workflow.roles {sorted(self.roles)}"
+                )
+        kinds = [self.roles[r].kind for r in self.order]
+        if "code" not in kinds:
+            raise ValueError("workflow.order needs a role of kind 'code' (the pipeline verifies code)")
+        for stage in ("review", "tests"):
+            if stage in kinds and kinds.index(stage) < kinds.index("code"):
+                raise ValueError(f"a '{stage}' role must come after the first 'code' role in workflow.order")
+        for name, role in self.roles.items():
+            if role.kind not in _STAGES:
+                raise ValueError(
+                    f"workflow.roles.{name}.kind is {role.kind!r}; the pipeline's kinds are {_STAGES}"
+                )
+        return self
+
+
+WorkflowConfig = PipelineConfig  # its name before workflows were plugins
 
 
 @dataclass
@@ -52,7 +109,7 @@ def split_tests(content: str) -> list[str]:
 
 
 async def pipeline(
-    team: Team, task: ProgrammingTask, cfg: WorkflowConfig, sandbox: Sandbox | None, group: int = 0
+    team: Team, task: ProgrammingTask, cfg: PipelineConfig, sandbox: Sandbox | None, group: int = 0
 ) -> Episode:
     """Play one episode and verify it. With ``sandbox=None`` it stays unverified (demonstrations)."""
     episode, state = await play_pipeline(team, task, cfg, group)
@@ -62,7 +119,7 @@ async def pipeline(
 
 
 async def play_pipeline(
-    team: Team, task: ProgrammingTask, cfg: WorkflowConfig, group: int = 0
+    team: Team, task: ProgrammingTask, cfg: PipelineConfig, group: int = 0
 ) -> tuple[Episode, PipelineState]:
     """Play the conversation only; its only awaits are ``team.act`` calls."""
     episode = Episode(task_id=task.task_id, group=group)
@@ -152,3 +209,33 @@ async def verify(episode: Episode, task: ProgrammingTask, state: PipelineState, 
     errors = [j.error for j in [*judged, *on_trusted] if j.error is not None]
     if errors:  # the checks never ran (a lost Ray sandbox worker): they count as failed
         episode.verifier["sandbox_error"] = errors[0]
+
+
+class Pipeline(Workflow[PipelineConfig]):
+    """``pipeline``: the roles of ``workflow.order`` speak in turn on a programming task; every code version
+    and the tester's tests are judged in the sandbox."""
+
+    Settings = PipelineConfig
+    task_suite = "programming"
+    task_type = ProgrammingTask
+    uses_sandbox = True
+    headline = [("success", "eval/solved"), ("pass fraction", "eval/outcome")]
+
+    async def play(self, team: Team, task: Any, group: int = 0) -> Episode:
+        return await pipeline(team, task, self.settings, self.sandbox, group=group)
+
+    async def demonstrate(self, team: Team, tasks: Sequence[Any]) -> list[Episode]:
+        # the conversation only: demonstrations need no verdict
+        return [await pipeline(team, task, self.settings, None) for task in tasks]
+
+    def process_scores(self, episode: Episode) -> dict[str, float]:
+        return process_scores(episode, self.settings.roles)
+
+    def scored_turns(self, episode: Episode) -> list[ScoredTurn]:
+        return scored_turns(episode, self.settings.roles)
+
+    def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
+        from teamrl.workflows.experts import pipeline_experts  # it imports this module
+
+        experts = pipeline_experts(rng)
+        return {r: experts[self.settings.roles[r].kind] for r in self.settings.order}

@@ -42,11 +42,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from teamrl.config import GENERATOR, JUDGE, PROPOSER, SOLVER, SelfPlayConfig
 from teamrl.engine.team import Team
 from teamrl.protocol import Episode, Turn
 from teamrl.tasks.reasoning import ReasoningTask
 from teamrl.workflows.debate import argument, debate_prompt, final_answer
+from teamrl.workflows.self_play_settings import GENERATOR, JUDGE, PROPOSER, SOLVER, SelfPlayConfig
 
 _VERDICT = re.compile(r"\bVERDICT\s*:\s*(ACCEPT|REJECT)\b", re.IGNORECASE)
 _PROBLEM = re.compile(r"\bPROBLEM\s*:[ \t]*(.*)", re.IGNORECASE)

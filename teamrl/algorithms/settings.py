@@ -1,0 +1,59 @@
+"""The ``algorithm:`` section: GRPO, M-GRPO or PPO with a centralised critic, and their update's knobs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from teamrl.protocol.settings import Strict
+
+CRITIC_ADAPTER = "value_critic"  # the centralised critic's LoRA adapter on its policy (no role may take it)
+
+
+class CriticConfig(Strict):
+    """algorithm ppo_critic: the centralised critic, a LoRA adapter of its own plus a linear value head
+    (one output per role) on the last hidden state of a policy's base model."""
+
+    policy: str = Field(
+        "default",
+        description="the entry of `policies` whose base model carries the critic; one that no role uses "
+        "makes the critic a separate model",
+    )
+    lr: float = Field(1e-3, gt=0, description="learning rate of the critic's adapter and value head")
+    value_clip: float | None = Field(
+        0.2, gt=0, description="clip of the value loss around the values at rollout time (null: unclipped)"
+    )
+
+
+class AlgorithmConfig(Strict):
+    name: Literal["grpo", "mgrpo", "ppo_critic"] = Field(
+        "grpo",
+        description="grpo: per-role advantages; mgrpo: team advantages; ppo_critic: turn-level GAE per role "
+        "from a centralised critic that reads the whole team transcript",
+    )
+    group_size: int = Field(8, ge=2, description="G episodes per task")
+    tasks_per_iteration: int = Field(8, ge=1)
+    lr: float = Field(5e-4, gt=0)
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0)
+    kl_coef: float = Field(0.01, ge=0)
+    ppo_epochs: int = Field(2, ge=1, description="passes over each batch of episodes")
+    minibatches: int = Field(4, ge=1, description="optimizer steps per pass (the turns split evenly)")
+    micro_batch: int = Field(64, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    temperature: float = Field(0.7, gt=0, description="sampling temperature of rollouts and evaluations")
+    scale: Literal["std", "none"] = Field(
+        "std",
+        description="std: advantages centred and divided by their std (grpo, mgrpo: within each task's "
+        "group; ppo_critic: over each role's turns of the batch); none: grpo, mgrpo centred only, "
+        "ppo_critic raw GAE",
+    )
+    share_frozen_turns: bool = Field(
+        True,
+        description="in training rollouts, sample each frozen role's turn once per group and share it, so "
+        "the trained role's advantages compare its own samples under a common context",
+    )
+    gamma: float = Field(1.0, ge=0, le=1, description="ppo_critic: discount per turn of the role")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo_critic: GAE's lambda over the role's turns")
+    critic: CriticConfig = Field(default_factory=CriticConfig)
