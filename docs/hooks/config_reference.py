@@ -1,9 +1,9 @@
 """The configuration reference, generated from the pydantic models of ``teamrl.config.Config``.
 
 A mkdocs hook (``hooks:`` in mkdocs.yml): on the page that holds the marker ``<!-- config-reference -->``
-(docs/reference/config.md) the marker is replaced by one section per top-level key, each a table of
-every key below it (dotted path, type, default, description). Run as a script it prints that Markdown:
-``.venv/bin/python docs/hooks/config_reference.py``.
+alone on a line (docs/reference/config.md) the marker is replaced by one section per top-level key, each a
+table of every key below it (dotted path, type, default, description). Run as a script it prints that
+Markdown: ``.venv/bin/python docs/hooks/config_reference.py``.
 
 The walker only relies on pydantic's public model API, so it keeps working while sections move between
 modules: nested models become dotted keys, ``dict[str, Model]`` becomes ``key.<name>.field``,
@@ -58,9 +58,11 @@ _TAG_FIELDS = ("name", "suite", "kind", "type")
 
 # ------------------------------------------------------------------------------------ hook entry
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    if MARKER not in markdown:
+    """The marker, alone on its line, becomes the reference (a mention of it in prose stays)."""
+    lines = markdown.split("\n")
+    if MARKER not in (line.strip() for line in lines):
         return markdown
-    return markdown.replace(MARKER, config_reference())
+    return "\n".join(config_reference() if line.strip() == MARKER else line for line in lines)
 
 
 # ------------------------------------------------------------------------------------- the walk

@@ -79,13 +79,18 @@ def on_page_markdown(markdown: str, page: Any, config: Any, **_: Any) -> str:
 
 def module_exists(dotted: str) -> bool:
     """Whether ``dotted`` (a module, or an object in one) names source that exists in this repository
-    or is importable; checked without importing anything of the repository."""
+    (an object: its name appears in its module's source) or is importable; the repository's own modules
+    are checked without importing them."""
     parts = dotted.split(".")
     if (ROOT / parts[0]).is_dir():
         for i in range(len(parts), 0, -1):
             base = ROOT.joinpath(*parts[:i])
-            if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
-                return True
+            source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+            if source.is_file():
+                return (
+                    i == len(parts)
+                    or re.search(rf"\b{re.escape(parts[i])}\b", source.read_text()) is not None
+                )
         return False
     import importlib.util
 
