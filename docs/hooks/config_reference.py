@@ -278,8 +278,16 @@ def _prose(text: str) -> str:
     return _ROLE.sub(r"`\1`", text)
 
 
+_CODE_SPAN = re.compile(r"(`+).+?\1")
+
+
 def _cell(text: str) -> str:
-    return _prose(text).replace("|", "\\|").replace("\n", " ")
+    """``text`` for a table cell: one line, pipes escaped outside code spans (a table leaves those alone)."""
+    text, out, end = _prose(text).replace("\n", " "), [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out += [text[end : m.start()].replace("|", "\\|"), m.group(0)]
+        end = m.end()
+    return "".join([*out, text[end:].replace("|", "\\|")])
 
 
 def _code(text: str) -> str:
