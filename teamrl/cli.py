@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import re
 import signal
 import sys
@@ -103,6 +104,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             cfg.run.backend = args.backend
     else:
         cfg = load_config(args.config, args.set + ([f"run.backend={args.backend}"] if args.backend else []))
+        if args.dry_run:
+            return _dry_run(cfg)
         run_dir = _run_dir(cfg)
         if run_dir.exists() and any(run_dir.iterdir()):
             print(
@@ -140,6 +143,40 @@ def cmd_train(args: argparse.Namespace) -> int:
             trainer.close()
     _result_table(summary, cfg)
     _write_run_report(run_dir)
+    return 0
+
+
+def _dry_run(cfg: Config) -> int:
+    """Validate and build everything a run needs (sandbox, tasks, workflow, reward functions, policies,
+    team), train nothing and write nothing; say what was built."""
+    from teamrl.config import reward_functions
+    from teamrl.engine.engine import Engine
+    from teamrl.trainer.build import build_policies, build_sandbox, build_suite, build_team, build_workflow
+
+    sandbox = build_sandbox(cfg)
+    suite = build_suite(cfg)
+    workflow = build_workflow(cfg, sandbox)
+    functions = reward_functions(cfg.reward)
+    train, heldout = suite.sample("train", 1, random.Random(0)), suite.fixed_set("heldout", 1)
+    policies = build_policies(cfg, progress=cfg.run.progress)
+    build_team(cfg, Engine(policies), cfg.algorithm.temperature)  # type: ignore[arg-type]
+    print(f"workflow   {cfg.workflow.name} ({type(workflow).__name__}): roles {cfg.role_order()}")
+    print(
+        f"tasks      {cfg.tasks.suite} ({type(suite).__name__}): e.g. {train[0].task_id!r}, held-out "
+        f"{heldout[0].task_id if heldout else '-'!r}"
+    )
+    print("reward     " + " + ".join(f"{w:g} x {name}" for name, _, w, _ in functions))
+    for name, policy in policies.items():
+        print(f"policy     {name}: {type(policy).__name__}")
+    print(f"sandbox    {getattr(sandbox, 'isolation', 'none (the workflow runs no code)')}")
+    print(f"algorithm  {cfg.algorithm.name}, recipe {cfg.recipe.name}; dry run: nothing trained or written")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from teamrl.config import dump_config
+
+    print(dump_config(load_config(args.config, args.set)), end="")
     return 0
 
 
@@ -264,7 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run where it left off")
     p.add_argument("--backend", choices=["local", "ray"], help=_BACKEND_HELP)
+    p.add_argument(
+        "--dry-run", action="store_true", help="validate and build everything (models too), train nothing"
+    )
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser("config", help="print the resolved config (defaults, file and --set applied)")
+    p.add_argument("config", nargs="?", help="YAML config (default: the defaults)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    p.set_defaults(func=cmd_config)
     p = sub.add_parser("eval", help="evaluate a run's latest checkpoint on held-out tasks")
     p.add_argument("run_dir")
     p.add_argument("--n", type=int, default=0, help="number of held-out tasks (default: the run's)")
