@@ -54,7 +54,7 @@ def _tasks(wf: type[Workflow[Any]], tasks: TaskSuite[Any] | str | list[Any] | No
     suite = tasks if isinstance(tasks, TaskSuite) else None
     if suite is None:
         cls = suite_class(tasks if isinstance(tasks, str) else wf.task_suite)
-        suite = cls(cls.Settings())
+        suite = cls(cls.Settings.model_validate({}))
     return suite.sample("train", n, random.Random(0))
 
 
@@ -75,7 +75,7 @@ def check_workflow(
         isinstance(getattr(wf_cls, "Settings", None), type) and issubclass(wf_cls.Settings, WorkflowSettings)
     ):
         raise AssertionError(f"{wf_cls.__name__}.Settings must be a subclass of teamrl.WorkflowSettings")
-    settings = settings if settings is not None else wf_cls.Settings()
+    settings = settings if settings is not None else wf_cls.Settings.model_validate({})
     if sandbox is None and wf_cls.uses_sandbox:
         sandbox = _sandbox()
     wf = wf_cls(settings, sandbox)
@@ -103,7 +103,7 @@ def check_workflow(
 
     for index, text in enumerate(ADVERSARIAL):
         for group, task in enumerate(picked):
-            episode = play(lambda call, text=text: text, task, group)
+            episode = play(_replying(text), task, group)
             if episode is not None:
                 problems += _episode_problems(wf, episode, task, group, roles, f"reply {index}")
     try:
@@ -130,6 +130,13 @@ def check_workflow(
             problems.append("the same replies gave different episodes (play must not depend on hidden state)")
     if problems:
         raise AssertionError(f"workflow {wf_cls.__name__}:\n  " + "\n  ".join(dict.fromkeys(problems)))
+
+
+def _replying(text: str) -> Callable[[RoleCall], str]:
+    def reply(call: RoleCall) -> str:
+        return text
+
+    return reply
 
 
 def _sandbox() -> Any:
@@ -193,12 +200,12 @@ def check_reward(
     penalty), so the check that text cannot raise a reward is skipped."""
     fn = resolve("reward function", function) if isinstance(function, str) else function
     wf_cls = _workflow(workflow)
-    wf = wf_cls(wf_cls.Settings())
+    wf = wf_cls(wf_cls.Settings.model_validate({}))
     if episodes is None:
         episodes = []
         for group, task in enumerate(_tasks(wf_cls, None, 3)):
             for text in ADVERSARIAL[:2] + ["<answer>ANSWER: 1</answer>"]:
-                team = Team({r: Seat(script=lambda call, text=text: text) for r in wf.roles})
+                team = Team({r: Seat(script=_replying(text)) for r in wf.roles})
                 episodes.append(asyncio.run(wf.play(team, task, group=group)))
     for e in episodes:
         wf.assign_rewards(e, RewardConfig())

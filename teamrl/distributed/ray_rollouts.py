@@ -64,7 +64,7 @@ class RayRollouts:
 
         workers = [self._actor.remote(self.cfg) for _ in range(count)]
         try:
-            bases = ray.get([w.base_fingerprints.remote() for w in workers])
+            bases = ray.get([w.base_fingerprints.remote() for w in workers])  # type: ignore[attr-defined]
         except ray.exceptions.RayActorError as exc:
             raise RolloutWorkerLost(f"a Ray rollout worker failed to start: {exc}") from None
         mine = base_fingerprints(self.policies)

@@ -48,7 +48,7 @@ class WorkflowSettings(Strict):
         """The section's defaults, into which a YAML file's ``workflow:`` mapping is merged (so that it can
         change one field of one role without restating the rest)."""
         try:
-            return cls().model_dump(mode="json", exclude=set(cls.merge_exclude))
+            return cls.model_validate({}).model_dump(mode="json", exclude=set(cls.merge_exclude))
         except Exception:  # noqa: BLE001 - a settings model with required fields has no defaults
             return {}
 
@@ -74,6 +74,6 @@ class TaskSettings(Strict):
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         try:
-            return cls().model_dump(mode="json")
+            return cls.model_validate({}).model_dump(mode="json")
         except Exception:  # noqa: BLE001
             return {}

@@ -346,7 +346,7 @@ class Population:
             with trainer.team.seated(seats):
                 episodes = trainer.rollout(tasks, 1)
             # the role's last reply in each episode (None where it did not speak)
-            last: list[Turn | None] = [(ep.turns_of(role) or [None])[-1] for ep in episodes]
+            last: list[Turn | None] = [([None, *ep.turns_of(role)])[-1] for ep in episodes]
             answers.append([trainer.workflow.answer_of(t) if t is not None else None for t in last])
             texts.append([t.text if t is not None else "" for t in last])
         return diversity_figures(answers, texts)

@@ -179,7 +179,8 @@ def scored_turns(episode: Episode, roles: Mapping[str, RoleConfig] | None = None
 def _pipeline_scored_turns(episode: Episode, roles: Mapping[str, RoleConfig]) -> list[ScoredTurn]:
     v = episode.verifier
     code_pass: list[float] = v["code_pass"]  # type: ignore[assignment]
-    version_of = {turn: k for k, turn in enumerate(v.get("code_turns", []))}  # type: ignore[call-overload]
+    code_turns: list[int] = v.get("code_turns", [])  # type: ignore[assignment]
+    version_of = {turn: k for k, turn in enumerate(code_turns)}
     reviewed = {turn: version for turn, version in v.get("reviews", [])}  # type: ignore[attr-defined]
     out = []
     for i, turn in enumerate(episode.turns):

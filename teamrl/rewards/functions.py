@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from teamrl.protocol import Episode
 from teamrl.rewards.credit import ScoredTurn, maporl_turn_credit, marti_turn_credit
@@ -62,7 +62,10 @@ class RewardContext:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def reward_function(fn: Callable[..., Sequence[RoleRewards]]) -> Callable[..., Sequence[RoleRewards]]:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reward_function(fn: F) -> F:
     """Mark ``fn`` as a reward function (documentation and ``teamrl.testing.check_reward``); it is
     returned unchanged, and may be named in a config by its import path."""
     fn.__teamrl_reward__ = True  # type: ignore[attr-defined]

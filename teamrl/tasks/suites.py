@@ -25,6 +25,8 @@ from teamrl.tasks.reasoning import (
 )
 from teamrl.tasks.suite_args import choices
 
+_KINDS: tuple[Literal["write", "fix"], ...] = ("write", "fix")
+
 
 class _Generated(TaskSettings):
     difficulty: tuple[int, int] = Field((1, 2), description="[lowest, highest] difficulty, from 1 to 3")
@@ -43,7 +45,7 @@ class TasksConfig(_Generated):
     """The built-in programming tasks (workflow pipeline)."""
 
     suite: str = "programming"
-    kinds: list[Literal["write", "fix"]] = Field(default_factory=lambda: ["write", "fix"])
+    kinds: list[Literal["write", "fix"]] = Field(default_factory=lambda: list(_KINDS))
 
 
 class ReasoningTasksConfig(_Generated):
@@ -101,7 +103,9 @@ class ProgrammingSuite(TaskSuite[TasksConfig]):
     def __init__(self, settings: TasksConfig) -> None:
         super().__init__(settings)
         s = settings
-        self.inner = ProgrammingTaskSuite(seed=s.seed, difficulty=tuple(s.difficulty), kinds=tuple(s.kinds))
+        self.inner = ProgrammingTaskSuite(
+            seed=s.seed, difficulty=(s.difficulty[0], s.difficulty[1]), kinds=tuple(s.kinds)
+        )
 
     def sample(self, split: str, n: int, rng: random.Random) -> list[Any]:
         return self.inner.sample(split, n, rng)
@@ -128,7 +132,7 @@ class ReasoningSuite(TaskSuite[ReasoningTasksConfig]):
         else:
             self.inner = ReasoningTaskSuite(
                 seed=t.seed,
-                difficulty=tuple(t.difficulty),
+                difficulty=(t.difficulty[0], t.difficulty[1]),
                 families=tuple(t.families),
                 heldout_fraction=t.heldout_fraction,
             )

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Text
 from pettingzoo import AECEnv
+from pydantic import ValidationError
 
-from teamrl.config import Config
+from teamrl.config import Config, PipelineConfig, TasksConfig
 from teamrl.engine.team import Team, parsed_turn
 from teamrl.protocol import MessageKind, Turn
 from teamrl.rewards.credit import assign_hybrid_rewards
@@ -32,11 +33,11 @@ MAX_OBSERVATION = 4096
 MAX_ACTION = 512
 
 
-class TextObservation(np.str_):
+class TextObservation(np.str_):  # type: ignore[misc]  # numpy marks it final in its stubs only
     """A prompt: a ``str`` (so ``Text.contains`` holds) that reports the Text space's numpy dtype,
     which PettingZoo's ``api_test`` compares with the observation's."""
 
-    dtype = np.dtype("<U")
+    dtype = np.dtype("<U")  # type: ignore[assignment]
 
 
 class _ActionRequest:
@@ -51,7 +52,7 @@ class _ActionRequest:
 
 class _SteppedTeam(Team):
     def __init__(self, roles: list[str]) -> None:
-        self.seats = dict.fromkeys(roles)  # type: ignore[arg-type]
+        self.seats = dict.fromkeys(roles)  # type: ignore[arg-type,assignment]
         self.engine = None
 
     async def act(
@@ -75,14 +76,20 @@ class TeamAECEnv(AECEnv):
     ) -> None:
         super().__init__()
         self.cfg = cfg or Config()
+        try:  # this view plays the pipeline on programming tasks
+            self.settings = PipelineConfig.model_validate(self.cfg.workflow.model_dump())
+            tasks = TasksConfig.model_validate(self.cfg.tasks.model_dump())
+        except ValidationError:
+            raise ValueError(
+                f"TeamAECEnv plays workflow pipeline on programming tasks, not {self.cfg.workflow.name!r} "
+                f"on {self.cfg.tasks.suite!r}"
+            ) from None
         self.suite = ProgrammingTaskSuite(
-            seed=self.cfg.tasks.seed,
-            difficulty=tuple(self.cfg.tasks.difficulty),
-            kinds=tuple(self.cfg.tasks.kinds),
+            seed=tasks.seed, difficulty=(tasks.difficulty[0], tasks.difficulty[1]), kinds=tuple(tasks.kinds)
         )
         self.sandbox = sandbox or Sandbox(SandboxLimits(timeout_s=self.cfg.sandbox.timeout_s))
         self.render_mode = render_mode
-        self.possible_agents = list(dict.fromkeys(self.cfg.workflow.order))
+        self.possible_agents = list(dict.fromkeys(self.settings.order))
         self._obs_space = Text(max_length=MAX_OBSERVATION, charset=CHARSET)
         self._act_space = Text(max_length=MAX_ACTION, charset=CHARSET)
         self._coro: Coroutine[Any, Any, Any] | None = None
@@ -111,7 +118,7 @@ class TeamAECEnv(AECEnv):
         self.infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
         self._observations = dict.fromkeys(self.agents, "")
         self.episode = None
-        self._coro = play_pipeline(_SteppedTeam(self.agents), self.task, self.cfg.workflow)
+        self._coro = play_pipeline(_SteppedTeam(self.agents), self.task, self.settings)
         self._advance(None)
 
     def _advance(self, text: str | None) -> None:
@@ -130,7 +137,7 @@ class TeamAECEnv(AECEnv):
         asyncio.run(verify(episode, self.task, state, self.sandbox))
         assign_hybrid_rewards(
             episode,
-            self.cfg.workflow.roles,
+            self.settings.roles,
             self.cfg.reward.alpha,
             self.cfg.reward.format_penalty,
             self.cfg.reward.role_alpha,

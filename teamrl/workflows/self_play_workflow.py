@@ -35,8 +35,8 @@ class SelfPlay(Workflow[SelfPlayConfig]):
     task_type = ReasoningTask
     own_rewards = True
 
-    @property  # type: ignore[override]
-    def headline(self) -> list[tuple[str, str]]:
+    @property
+    def headline(self) -> list[tuple[str, str]]:  # type: ignore[override]  # per game; a class attribute in the base
         return HELD_OUT_FIGURES[self.settings.game]
 
     @property
