@@ -109,8 +109,9 @@ def resolve(
     return module, cfg, env_kwargs
 
 
-def check_spaces(algo: str, cfg: BaseModel, env: Any) -> None:
-    """ConfigError unless ``algo`` (with ``cfg``) can use the spaces of ``env`` (a VecMultiAgentEnv)."""
+def check_spaces(algo: str, cfg: Any, env: Any) -> None:
+    """ConfigError unless ``algo`` (with ``cfg``, the algorithm's own ``Config`` model) can use the spaces of
+    ``env`` (a VecMultiAgentEnv)."""
     import numpy as np
     from gymnasium import spaces
 
@@ -168,6 +169,7 @@ def train(
     from teamrl.marl.envs.user import label, normalize
 
     env = normalize(env)
+    cfg: Any  # the algorithm's own Config model (fields differ between algorithms)
     module, cfg, env_kwargs = resolve(algo, env, overrides)
     if run_dir is None:
         run_dir = Path(DEFAULT_OUT) / f"{algo}__{label(env)}__s{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
@@ -332,8 +334,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=50)
     p.set_defaults(func=cmd_eval)
 
-
-if __name__ == "__main__":
-    from teamrl.cli import main
-
-    sys.exit(main(["marl", *sys.argv[1:]]))
