@@ -301,13 +301,24 @@ WEAK_ISOLATION = (
 )
 
 
+def _runs_code(workflow: str) -> bool:
+    """Whether the workflow named ``workflow`` runs model-written code in the sandbox (True when it
+    cannot be loaded here: the warning is the safe side)."""
+    try:
+        from teamrl.config import workflow_class
+
+        return workflow_class(workflow).uses_sandbox
+    except Exception:  # noqa: BLE001 - a plugin this machine cannot import
+        return True
+
+
 def _load_team(run: Run, max_episodes: int) -> None:
     run.summary = _read_json(run.path / "summary.json", run.warnings)
     run.finished = run.summary is not None
     sandbox = run.config.get("sandbox") if isinstance(run.config.get("sandbox"), dict) else {}
     isolation = (run.summary or {}).get("sandbox_isolation") or sandbox.get("isolation")
     workflow = run.config.get("workflow") if isinstance(run.config.get("workflow"), dict) else {}
-    if isolation == "rlimits" and workflow.get("name", "pipeline") == "pipeline":
+    if isolation == "rlimits" and _runs_code(str(workflow.get("name", "pipeline"))):
         run.warnings.append(WEAK_ISOLATION)
     run.roles = _team_roles(run)
     run.phases = _phases(run)
