@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def random_actor(env: VecMultiAgentEnv, seed: int = 0) -> Actor:
     def act(step: VecStep) -> dict[str, np.ndarray]:
         out = {}
         for a in env.agents:
-            space = env.action_spaces[a]
+            space: Any = env.action_spaces[a]  # a Discrete (has n) or a Box
             if hasattr(space, "n"):
                 if step.action_masks is not None and a in step.action_masks:
                     m = step.action_masks[a].astype(np.float64)

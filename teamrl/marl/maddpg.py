@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -132,6 +132,9 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 class Actor(nn.Module):
     """Logits (discrete) or a squashed action in ``[low, high]`` (continuous) from one agent's obs."""
 
+    low: torch.Tensor  # buffers, continuous actions only
+    high: torch.Tensor
+
     def __init__(self, spec: AgentSpec, hidden: list[int]) -> None:
         super().__init__()
         self.spec = spec
@@ -224,8 +227,8 @@ def update(
     critics: nn.ModuleList,
     target_actors: nn.ModuleList,
     target_critics: nn.ModuleList,
-    actor_opts: list[torch.optim.Optimizer],
-    critic_opts: list[torch.optim.Optimizer],
+    actor_opts: Sequence[torch.optim.Optimizer],
+    critic_opts: Sequence[torch.optim.Optimizer],
     gen: torch.Generator,
 ) -> dict[str, float]:
     """One gradient step of every agent's critic, then its actor; then the target networks follow."""
@@ -238,7 +241,7 @@ def update(
 
     with torch.no_grad():
         next_acts = [
-            target_actors[j].action(
+            cast(Actor, target_actors[j]).action(
                 target_actors[j](batch["next_obs"][j]), next_masks[j], cfg.gumbel_temperature, gen
             )
             for j in range(n)
@@ -259,7 +262,7 @@ def update(
 
         pre = actors[i](batch["obs"][i])
         acts = list(batch["actions"])
-        acts[i] = actors[i].action(pre, masks[i], cfg.gumbel_temperature, gen)
+        acts[i] = cast(Actor, actors[i]).action(pre, masks[i], cfg.gumbel_temperature, gen)
         if masks[i] is not None:
             pre = pre.masked_fill(~masks[i], 0.0)  # masked logits are not penalised
         actor_loss = -critics[i](critic_in(batch["obs"], batch["state"], acts)).mean()
@@ -292,7 +295,9 @@ def explore(
     env_actions: dict[str, np.ndarray] = {}
     stored: list[np.ndarray] = []
     with torch.no_grad():
-        for j, (spec, actor, mask) in enumerate(zip(specs, actors, step_masks(specs, step), strict=True)):
+        for j, (spec, actor, mask) in enumerate(
+            zip(specs, cast(Iterable[Actor], actors), step_masks(specs, step), strict=True)
+        ):
             pre = actor(torch.from_numpy(step.obs[spec.name].reshape(len(step.state), -1)).float())
             if spec.discrete:
                 one_hot = actor.action(pre, mask, cfg.gumbel_temperature, gen)
@@ -452,7 +457,9 @@ def make_actor(
         if not deterministic:
             return explore(specs, actors, step, cfg, gen, None)[0]
         out: dict[str, np.ndarray] = {}
-        for spec, actor, mask in zip(specs, actors, step_masks(specs, step), strict=True):
+        for spec, actor, mask in zip(
+            specs, cast(Iterable[Actor], actors), step_masks(specs, step), strict=True
+        ):
             pre = actor(torch.from_numpy(step.obs[spec.name].reshape(len(step.state), -1)).float())
             if spec.discrete:
                 if mask is not None:

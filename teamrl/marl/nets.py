@@ -27,6 +27,10 @@ class RunningMeanStd(nn.Module):
     """Running mean / variance of a stream of batches (parallel Welford / Chan et al.); buffers, so
     they travel in ``state_dict``."""
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: tuple[int, ...] = (), eps: float = 1e-4) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))

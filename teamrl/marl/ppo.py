@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -148,7 +148,7 @@ def make_groups(
         raise ValueError("entity_actor needs an env that declares entity_slots (e.g. simple_spread)")
     groups = []
     for agents in members:
-        act = env.action_spaces[agents[0]]
+        act: Any = env.action_spaces[agents[0]]  # a Discrete or a Box
         discrete = isinstance(act, spaces.Discrete)
         box = None if discrete else (np.asarray(act.low, np.float64), np.asarray(act.high, np.float64))
         groups.append(
@@ -162,7 +162,9 @@ def make_groups(
                 low=None if box is None else box[0].ravel().tolist(),
                 high=None if box is None else box[1].ravel().tolist(),
                 one_hot=agent_id and len(agents) > 1,
-                entities=tuple(slots[agents[0]]) if entity_actor and agents[0] in slots else None,
+                entities=cast(tuple[int, int, int], tuple(slots[agents[0]]))
+                if entity_actor and agents[0] in slots
+                else None,
             )
         )
     return groups
@@ -342,7 +344,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     def value(i: int, critic_in: torch.Tensor) -> torch.Tensor:
         """The critic's value on the return scale."""
         v = critics[i](critic_in)
-        return critics[i].norm.denormalize(v) if cfg.value_norm else v
+        return cast(Critic, critics[i]).norm.denormalize(v) if cfg.value_norm else v
 
     def checkpoint(env_steps: int) -> dict[str, Any]:
         return {
@@ -394,7 +396,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 for i, g in enumerate(groups):
                     x, xc = inputs(g, step.obs, step.state)
                     mask = group_masks(g, step)
-                    dist = actors[i].dist(x, mask)
+                    dist = cast(Actor, actors[i]).dist(x, mask)
                     a = dist.sample()
                     b = buf[i]
                     b["actor_in"][t], b["critic_in"][t], b["actions"][t] = x, xc, a
@@ -433,7 +435,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                     b["rewards"], b["values"], next_values, terminated, done, cfg.gamma, cfg.gae_lambda
                 )
                 if cfg.value_norm:
-                    critics[i].norm.update(ret)
+                    cast(Critic, critics[i]).norm.update(ret)
                 advantages.append(((adv - adv.mean()) / (adv.std() + 1e-8)).reshape(T * B, g.k))
                 targets.append(ret.reshape(T * B, g.k))
 
@@ -445,13 +447,16 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 loss = torch.zeros(())
                 for i, g in enumerate(groups):
                     b = flat[i]
-                    dist = actors[i].dist(b["actor_in"][idx], b["masks"][idx] if g.discrete else None)
+                    dist = cast(Actor, actors[i]).dist(
+                        b["actor_in"][idx], b["masks"][idx] if g.discrete else None
+                    )
                     logp = dist.log_prob(b["actions"][idx])
                     entropy = dist.entropy().mean()
                     pg_loss = policy_loss(logp, b["logp"][idx], advantages[i][idx], cfg.clip)
                     target, old = targets[i][idx], b["values"][idx]
                     if cfg.value_norm:
-                        target, old = critics[i].norm.normalize(target), critics[i].norm.normalize(old)
+                        norm = cast(Critic, critics[i]).norm
+                        target, old = norm.normalize(target), norm.normalize(old)
                     v_loss = value_loss(critics[i](b["critic_in"][idx]), old, target, cfg.value_clip)
                     loss = loss + pg_loss - cfg.ent_coef * entropy + v_loss
                     with torch.no_grad():

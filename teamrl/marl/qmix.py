@@ -29,7 +29,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -395,10 +395,10 @@ def qmix_loss(
     """Masked mean squared TD error of ``Q_tot`` over the valid steps of a batch of episodes."""
     chosen, bootstrap = [], []
     for i, g in enumerate(groups):
-        q = unroll(g, cfg, nets[i], batch["obs"][i], batch["actions"][i])
+        q = unroll(g, cfg, cast(RNNAgent, nets[i]), batch["obs"][i], batch["actions"][i])
         chosen.append(q[:, :-1].gather(-1, batch["actions"][i].unsqueeze(-1)).squeeze(-1))
         with torch.no_grad():
-            q_target = unroll(g, cfg, target_nets[i], batch["obs"][i], batch["actions"][i])
+            q_target = unroll(g, cfg, cast(RNNAgent, target_nets[i]), batch["obs"][i], batch["actions"][i])
             bootstrap.append(
                 masked_max_target(q[:, 1:].detach(), q_target[:, 1:], batch["masks"][i][:, 1:], cfg.double_q)
             )
@@ -462,8 +462,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     t_ep = np.zeros(B, dtype=np.int64)
 
     def stage_obs(step: VecStep, rows: np.ndarray, final: bool) -> None:
-        obs = step.final_obs if final else step.obs
-        state = step.final_state if final else step.state
+        # a step that ends episodes carries their final obs / state
+        obs = cast(dict[str, np.ndarray], step.final_obs if final else step.obs)
+        state = cast(np.ndarray, step.final_state if final else step.state)
         for i, g in enumerate(groups):
             stage.obs[i][rows, t_ep[rows]] = np.stack(
                 [obs[a][rows].reshape(len(rows), -1) for a in g.agents], 1

@@ -59,7 +59,8 @@ def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: An
         module = importlib.import_module(f"mpe2.{name[len('mpe2:') :]}")
         env = PettingZooVecEnv(lambda: module.parallel_env(**kwargs), num_envs, seed=seed)
         if name == "mpe2:simple_spread_v3":  # observations laid out as SimpleSpread's: landmarks at 4..
-            env.entity_slots = {a: (4, len(env.agents), 2) for a in env.agents}
+            # an attribute only some envs have (ppo reads it with getattr)
+            env.entity_slots = {a: (4, len(env.agents), 2) for a in env.agents}  # type: ignore[attr-defined]
         return env
     if name in TURN_BASED_GAMES:
         module = importlib.import_module(TURN_BASED_GAMES[name])

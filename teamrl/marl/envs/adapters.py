@@ -13,7 +13,7 @@ Observations are flattened to float32 vectors (``gymnasium.spaces.flatten``); Di
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -26,7 +26,7 @@ def _is_masked(space: spaces.Space) -> bool:
 
 
 def _flat_box(space: spaces.Space) -> spaces.Box:
-    flat = spaces.flatten_space(space)
+    flat = cast(spaces.Box, spaces.flatten_space(space))  # a Box for any space but Graph / Sequence
     return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
 
 
@@ -84,7 +84,7 @@ class PettingZooVecEnv:
         self._state = np.zeros((B, self.state_dim), np.float32)
 
     def _n_actions(self, agent: str) -> int:
-        return int(self.action_spaces[agent].n)
+        return int(cast(spaces.Discrete, self.action_spaces[agent]).n)  # masked agents act discretely
 
     # ----- per-copy bookkeeping -----
     def _store(self, b: int, obs: dict[str, Any]) -> None:
@@ -152,7 +152,7 @@ class PettingZooVecEnv:
                 final_state = np.zeros_like(self._state)
             for a in self.agents:
                 final_obs[a][b] = self._obs[a][b]
-            final_state[b] = self._state[b]
+            final_state[b] = self._state[b]  # type: ignore[index]  # set together with final_obs
             obs, _ = env.reset()
             self._store(b, obs)
         step = self._snapshot()
@@ -283,7 +283,7 @@ class TurnBasedVecEnv:
                     final_state = np.zeros_like(self._state)
                 for a in self.agents:
                     final_obs[a][b] = self._obs[a][b]
-                final_state[b] = self._state[b]
+                final_state[b] = self._state[b]  # type: ignore[index]  # set together with final_obs
                 env.reset()
                 self._store(b)
         step = self._snapshot()

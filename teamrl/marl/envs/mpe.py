@@ -25,7 +25,8 @@ are kept as ``agent_pos [B, A, 2]`` and ``landmark_pos [B, L, 2]``.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -104,7 +105,7 @@ class BatchedMPE:
         self._speed_limited = bool(np.isfinite(self.agent_max_speed).any())
         # spaces, from one observation of a zero world
         obs = self._observe()
-        self.observation_spaces = {
+        self.observation_spaces: dict[str, spaces.Box] = {
             a: spaces.Box(-np.inf, np.inf, shape=(obs[a].shape[1],), dtype=np.float32) for a in self.agents
         }
         if self.continuous_actions:
@@ -157,7 +158,7 @@ class BatchedMPE:
         self._advance(actions)
         rewards = {a: r.astype(np.float32) for a, r in self._rewards().items()}
         obs = self._observe()
-        truncated = self.t >= self.max_steps
+        truncated = self.t >= cast(int, self.max_steps)  # always set (int | None for VecMultiAgentEnv)
         terminated = np.zeros(self.num_envs, dtype=bool)
         final_obs = final_state = None
         if truncated.any():
@@ -481,7 +482,7 @@ class SimpleAdversary(BatchedMPE):
         return rew
 
 
-SCENARIOS: dict[str, type[BatchedMPE]] = {
+SCENARIOS: dict[str, Callable[..., BatchedMPE]] = {
     "simple_spread": SimpleSpread,
     "simple_tag": SimpleTag,
     "simple_adversary": SimpleAdversary,
@@ -507,7 +508,7 @@ class BatchedMPEParallelEnv(ParallelEnv):
         self.metadata = {**self.metadata, "name": f"batched_{scenario}"}
         self.possible_agents = list(self.env.agents)
         self.agents: list[str] = []
-        self.max_cycles = self.env.max_steps
+        self.max_cycles = cast(int, self.env.max_steps)  # a batched scenario always has one
         self.state_space = spaces.Box(-np.inf, np.inf, shape=(self.env.state_dim,), dtype=np.float32)
 
     def observation_space(self, agent: str) -> spaces.Space:
