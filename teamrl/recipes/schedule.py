@@ -22,6 +22,15 @@ class Phase:
     iterations: int
 
 
+class Schedule(Protocol):
+    """What to train next: ``len()`` phases, the k-th asked for when the run reaches it (a list of phases
+    is one; closed_loop decides each on first access)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Phase: ...
+
+
 class IterationHooks(Protocol):
     """What a recipe may do inside the trainer's iterations (recipe population does):"""
 

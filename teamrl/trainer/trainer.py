@@ -25,9 +25,8 @@ from teamrl.policies.base import ref_adapter
 from teamrl.policies.hf import HFPolicy
 from teamrl.policies.sft import SFTSettings
 from teamrl.protocol import Episode
-from teamrl.recipes import IterationHooks, Phase, phases_for
-from teamrl.recipes.closed_loop import ClosedLoop
-from teamrl.recipes.population import Population
+from teamrl.recipes import IterationHooks, Phase
+from teamrl.recipes.select import recipe_hooks, recipe_phases
 from teamrl.rewards.counterfactual import counterfactual_credit
 from teamrl.trainer.build import (
     Task,
@@ -144,7 +143,7 @@ class Trainer:
             if not resume:
                 atomic_write_text(self.run_dir / "config.yaml", dump_config(cfg))
         # a recipe that acts inside the iterations (population: who plays the opponents' seats)
-        self.hooks: IterationHooks | None = Population(self) if cfg.recipe.name == "population" else None
+        self.hooks: IterationHooks | None = recipe_hooks(self)
         # backend ray: Ray actors play the rollouts and run the learner (below); counterfactual replays,
         # credit and checkpoints stay here
         self.remote = RayRollouts(cfg, self.policies, self.engine.stats) if cfg.run.backend == "ray" else None
@@ -450,7 +449,7 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         cfg, st = self.cfg, self.state
         # closed_loop decides each phase when the loop reaches it (it measures the roles first)
-        phases = ClosedLoop(self) if cfg.recipe.name == "closed_loop" else phases_for(cfg)
+        phases = recipe_phases(self)
         if not st.sft_done:
             sft_stats = self.sft_roles()
             st.sft_done = True
