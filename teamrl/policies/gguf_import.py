@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 try:  # transformers >= 5.x: GGUF loading through a quantizer that can keep weights quantized
     from transformers import GgufConfig
 except ImportError:
-    GgufConfig = None
+    GgufConfig = None  # type: ignore[assignment,misc]  # older transformers: no such class
 
 from teamrl.atomic import atomic_directory
 
@@ -72,7 +72,9 @@ def _load(gguf: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTo
     """Model (dequantized to ``dtype``) and tokenizer read from the GGUF file by transformers."""
     folder, name = str(gguf.parent), gguf.name
     # Newer transformers may keep GGUF weights in their quantized blocks; ask for plain float ones.
-    dense = {"quantization_config": GgufConfig(gguf_file=name, dequantize=True)} if GgufConfig else {}
+    dense = (
+        {"quantization_config": GgufConfig(gguf_file=name, dequantize=True)} if GgufConfig is not None else {}
+    )
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype, **dense)

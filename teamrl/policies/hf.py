@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -230,7 +230,7 @@ class HFPolicy:
                 f"Where no hub is reachable, download it elsewhere (hf download {source} --local-dir DIR), "
                 "copy DIR here and set path to it"
             ) from None
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]  # transformers' stub of the wrapped .to wants the model
         policy = cls(
             model,
             tokenizer,
@@ -303,7 +303,7 @@ class HFPolicy:
     def copy_adapter(self, src: str, dst: str) -> None:
         """Snapshot ``src`` into a new frozen adapter ``dst`` (e.g. a KL reference)."""
         self._check(src)
-        self._add(dst, copy.deepcopy(self.model.peft_config[src]))
+        self._add(dst, copy.deepcopy(cast(LoraConfig, self.model.peft_config[src])))  # all adapters are LoRA
         self._reindex()
         with torch.no_grad():
             for key, param in self._params[dst].items():
@@ -368,8 +368,9 @@ class HFPolicy:
             self._trainable.add(name)
             self._reindex()
         else:
-            have = self.model.peft_config[name]
-            if (have.r, have.lora_alpha, set(have.target_modules)) != (
+            have = cast(LoraConfig, self.model.peft_config[name])
+            # peft's stub allows str | None; an adapter made here always has its modules (a set)
+            if (have.r, have.lora_alpha, set(have.target_modules)) != (  # type: ignore[arg-type]
                 config.r,
                 config.lora_alpha,
                 set(config.target_modules),
@@ -555,7 +556,7 @@ class HFPolicy:
                 prompt_ids=list(p),
                 completion_ids=completions[row],
                 logprobs=logprobs[row],
-                text=self.tokenizer.decode(completions[row], skip_special_tokens=True),
+                text=cast(str, self.tokenizer.decode(completions[row], skip_special_tokens=True)),  # one str
                 finished=finished[row],
             )
             for row, p in enumerate(prompts)

@@ -135,7 +135,7 @@ class OpenAICompatPolicy:
     def __getattr__(self, attr: str) -> Any:
         # Only reached for attributes that do not exist; name the training ones clearly.
         if attr in TRAINING_INTERFACE:
-            roles = self.__dict__.get("roles") or ()
+            roles: tuple[str, ...] = self.__dict__.get("roles") or ()
             who = f"role {roles[0]!r}" if len(roles) == 1 else f"roles {list(roles)}" if roles else "a role"
             raise InferenceOnlyError(
                 f"{who} cannot be trained: policy {self.__dict__.get('name')!r} is an OpenAI-compatible "
@@ -248,7 +248,8 @@ class OpenAICompatPolicy:
         except (KeyError, IndexError, TypeError):
             raise EndpointError(f"response has no choices[0] completion: {str(data)[:80]}", False) from None
         text = text or ""  # a chat message's content may be null
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        raw_usage = data.get("usage")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
         n_completion = usage.get("completion_tokens")
         if not isinstance(n_completion, int) or n_completion < 0:
             n_completion = estimate_tokens(text)

@@ -7,11 +7,15 @@ import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 FULL_LR = 1e-3
 ADAPTER_LR = 2e-3  # LoRA's low-rank updates tolerate (and need) a larger step than full weights
@@ -92,7 +96,7 @@ def _batches(examples: list[_Example], batch_size: int, rng: random.Random) -> l
     order = examples[:]
     rng.shuffle(order)
     window = batch_size * 16
-    batches = []
+    batches: list[list[_Example]] = []
     for start in range(0, len(order), window):
         chunk = sorted(order[start : start + window], key=lambda e: len(e.ids))
         batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
@@ -124,7 +128,7 @@ def _lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
 
 
 def sft_train(
-    model: PreTrainedModel,
+    model: PreTrainedModel | PeftModel,
     tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[tuple[str, str]],
     settings: SFTSettings,
@@ -202,8 +206,10 @@ def sft_train(
             for batch in _batches(data, settings.batch_size, rng):
                 if step >= total:
                     break
-                ids, labels, mask = _collate(batch, pad_id, device, settings.prompt_loss)
-                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
+                input_ids, labels, mask = _collate(batch, pad_id, device, settings.prompt_loss)
+                logits = (
+                    model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
+                )
                 targets = labels[:, 1:]
                 n = int((targets != -100).sum())
                 flat = logits.reshape(-1, logits.shape[-1])

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from teamrl.policies.base import Generation, GenerationRequest
 from teamrl.policies.hf import HFPolicy
@@ -121,7 +121,7 @@ def generation_from_output(
         prompt_ids=list(prompt_ids),
         completion_ids=ids,
         logprobs=logprobs,
-        text=policy.tokenizer.decode(ids, skip_special_tokens=True),
+        text=cast(str, policy.tokenizer.decode(ids, skip_special_tokens=True)),  # one sequence: one str
         finished=bool(ids) and ids[-1] in eos_ids,
     )
 
@@ -167,7 +167,10 @@ class VLLMGenerator:
                 f"policy {self.policy.name!r}: its base weights changed since vLLM loaded them (SFT of "
                 "the base?); generation: vllm serves fixed base weights and moves only the adapters"
             )
-        loras = {a: self._lora(a) for a in dict.fromkeys(r.adapter for r in requests) if a is not None}
+        # keyed str | None so that a base request (adapter None) looks up None
+        loras: dict[str | None, Any] = {
+            a: self._lora(a) for a in dict.fromkeys(r.adapter for r in requests) if a is not None
+        }
         params = [
             self.classes.sampling_params(
                 n=1,
