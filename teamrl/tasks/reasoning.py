@@ -398,7 +398,7 @@ class ReasoningTaskSuite:
     ) -> None:
         self.seed = seed
         self.difficulties = difficulty_levels(difficulty, DIFFICULTIES)
-        self.families = choices("families", families, _FAMILIES)
+        self.families = choices("families", families, tuple(_FAMILIES))
         self.heldout_fraction = check_heldout_fraction(heldout_fraction)
 
     def _in_split(self, family: str, difficulty: int, params: Params, split: str) -> bool:

@@ -144,7 +144,7 @@ def _replay(request: dict, out) -> None:  # noqa: ANN001
             return decode(result["value"])
 
         _timed(seconds, namespace["check"], candidate)
-        record = {"passed": True, "error": None}
+        record: dict[str, object] = {"passed": True, "error": None}
     except BaseException as exc:  # noqa: BLE001 - the check failed
         record = {"passed": False, "error": _describe(exc, seconds)}
     out.write(repr(record) + "\n")

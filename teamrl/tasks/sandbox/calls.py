@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from teamrl.tasks.sandbox.sandbox import SandboxLimits, SandboxResult, _run_blocking
 from teamrl.tasks.sandbox.values import UnsupportedValue, decode, encode, strict_equal
@@ -144,7 +144,8 @@ def _call(node: ast.AST, function: str) -> Call:
     if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
         raise UnjudgeableTest("*args / **kwargs in the call")
     return Call(
-        tuple(_literal(a) for a in node.args), tuple((k.arg, _literal(k.value)) for k in node.keywords)
+        tuple(_literal(a) for a in node.args),
+        tuple((cast(str, k.arg), _literal(k.value)) for k in node.keywords),  # no **kwargs (k.arg None)
     )
 
 
@@ -167,8 +168,9 @@ def parse_assert(line: str, function: str) -> CallTest:
                 return CallTest(_call(left, function), _literal(right))
             return CallTest(_call(right, function), _literal(left))
         is_constant = isinstance(op, ast.Is) and isinstance(right, ast.Constant)
-        if len(test.ops) == 1 and is_constant and type(right.value) in (bool, type(None)):
-            return CallTest(_call(left, function), right.value)
+        # right is an ast.Constant where is_constant (mypy does not narrow through the flag)
+        if len(test.ops) == 1 and is_constant and type(right.value) in (bool, type(None)):  # type: ignore[attr-defined]
+            return CallTest(_call(left, function), right.value)  # type: ignore[attr-defined]
         shown = ast.unparse(test)[:60]
         raise UnjudgeableTest(f"only one == (or `is True/False/None`) can be judged, not {shown!r}")
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -255,12 +257,17 @@ async def _run_programs(
     if key in _cache:
         _cache.move_to_end(key)
         return [list(r) for r in _cache[key]], None
-    request = {"mode": "calls", "programs": list(programs), "function": function, "calls": tagged}
+    request: dict[str, Any] = {
+        "mode": "calls",
+        "programs": list(programs),
+        "function": function,
+        "calls": tagged,
+    }
     request["timeout_s"] = sandbox.limits.check_timeout_s
     result = await sandbox.run(_PROGRAM, stdin=repr(request))
     found: dict[tuple[int, int], CallResult] = {}
     for record in _lines(result):
-        where = (record.get("p"), record.get("i"))
+        where = cast(tuple[int, int], (record.get("p"), record.get("i")))  # ints, or skipped just below
         if not all(type(x) is int for x in where) or where in found:
             continue
         if not (0 <= where[0] < len(programs) and 0 <= where[1] < len(calls)):

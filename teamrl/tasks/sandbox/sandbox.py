@@ -49,7 +49,7 @@ import weakref
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from teamrl.tasks.sandbox.seccomp import filter_program
 
@@ -286,7 +286,7 @@ def _command(
     prefix = [] if backend.bwrap is None else _bwrap_argv(backend.bwrap, limits, seccomp_fd)
     run_as = uid if _is_root() else -1
     reap = int(backend.bwrap is None and _is_root())  # bwrap's own pid 1 reaps under bwrap
-    boot_args = [run_as, run_as, limits.cpu_s, limits.memory_mb * _MIB, limits.max_processes]
+    boot_args: list[int | str] = [run_as, run_as, limits.cpu_s, limits.memory_mb * _MIB, limits.max_processes]
     boot_args += [limits.max_file_mb * _MIB, reap, "-" if backend.bwrap else filter_program().hex()]
     argv = [*prefix, backend.python, *_PYTHON_FLAGS, "-c", _BOOT_SOURCE, *map(str, boot_args)]
     compiled = _compiled(source) if backend.python == os.path.realpath(sys.executable) else None
@@ -484,7 +484,7 @@ class Sandbox:
                 )
             try:
                 # The transport buffers what the pipe cannot take yet; no drain needed.
-                stdin_pipe = transport.get_pipe_transport(0)
+                stdin_pipe = cast(asyncio.WriteTransport, transport.get_pipe_transport(0))  # stdin=PIPE
                 stdin_pipe.write(payload)
                 stdin_pipe.close()
                 await asyncio.wait([collector.exited], timeout=self.limits.timeout_s)
@@ -497,7 +497,7 @@ class Sandbox:
                 # escape in the non-root fallback: do not wait on those forever.
                 await asyncio.wait([collector.pipes_closed], timeout=_PIPE_GRACE_S)
                 transport.close()
-        returncode = transport.get_returncode()
+        returncode = cast(int, transport.get_returncode())  # None only when timed out, then unused
         return SandboxResult(
             returncode=None if timed_out else (128 - returncode if returncode < 0 else returncode),
             stdout=collector.output[1].decode(errors="replace"),

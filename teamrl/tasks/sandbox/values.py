@@ -50,7 +50,13 @@ def encode(value: Any, max_nodes: int = MAX_NODES, max_text: int = MAX_TEXT) -> 
             return x if kind is str else {"bytes": x.hex()}
         raise UnsupportedValue(f"a value of type {kind.__name__} is not plain data")
 
-    containers = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", dict: "dict"}
+    containers: dict[type, str] = {
+        list: "list",
+        tuple: "tuple",
+        set: "set",
+        frozenset: "frozenset",
+        dict: "dict",
+    }
     # An explicit stack instead of recursion: (value, the list its encoded form goes into).
     root: list[Any] = []
     stack: list[tuple[Any, list[Any], int]] = [(value, root, 0)]
