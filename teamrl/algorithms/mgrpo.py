@@ -80,7 +80,7 @@ def align_subagent_calls(
     """
     if max_calls < 1:
         raise ValueError(f"max_calls={max_calls} must be >= 1 (D_max, the sub-agent calls per rollout)")
-    out = []
+    out: list[list[int]] = []
     for k, d in enumerate(num_calls):
         if d < 0:
             raise ValueError(f"num_calls[{k}]={d} is negative; give each rollout's number of sub-agent calls")

@@ -59,7 +59,8 @@ def has(rows: list[dict[str, Any]], key: str) -> bool:
 
 def smooth(values: list[float], window: int) -> list[float]:
     """Trailing mean over the last ``window`` finite values (NaN stays NaN)."""
-    out, recent = [], []
+    out: list[float] = []
+    recent: list[float] = []
     for v in values:
         if math.isnan(v):
             out.append(math.nan)

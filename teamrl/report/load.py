@@ -315,9 +315,9 @@ def _runs_code(workflow: str) -> bool:
 def _load_team(run: Run, max_episodes: int) -> None:
     run.summary = _read_json(run.path / "summary.json", run.warnings)
     run.finished = run.summary is not None
-    sandbox = run.config.get("sandbox") if isinstance(run.config.get("sandbox"), dict) else {}
+    sandbox = got if isinstance(got := run.config.get("sandbox"), dict) else {}
     isolation = (run.summary or {}).get("sandbox_isolation") or sandbox.get("isolation")
-    workflow = run.config.get("workflow") if isinstance(run.config.get("workflow"), dict) else {}
+    workflow = got if isinstance(got := run.config.get("workflow"), dict) else {}
     if isolation == "rlimits" and _runs_code(str(workflow.get("name", "pipeline"))):
         run.warnings.append(WEAK_ISOLATION)
     run.roles = _team_roles(run)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -177,7 +177,7 @@ def render_page(
 
 
 def write_report(
-    paths: list[str | Path],
+    paths: Sequence[str | Path],
     out_dir: str | Path,
     max_episodes: int = 6,
     live_version: int | None = None,

@@ -195,9 +195,9 @@ def _mark(v: Any) -> str:
 def _episode(run: Run, ep: EpisodeSample, ident: str) -> str:
     d = ep.data
     roles = run.roles
-    rewards = d.get("rewards") if isinstance(d.get("rewards"), dict) else {}
-    process = d.get("process") if isinstance(d.get("process"), dict) else {}
-    verifier = d.get("verifier") if isinstance(d.get("verifier"), dict) else {}
+    rewards = got if isinstance(got := d.get("rewards"), dict) else {}
+    process = got if isinstance(got := d.get("process"), dict) else {}
+    verifier = got if isinstance(got := d.get("verifier"), dict) else {}
     turns = [t for t in d.get("turns") or [] if isinstance(t, dict)]
     status = '<span class="ok">✓ solved</span>' if ep.solved else '<span class="bad">✗ not solved</span>'
     chips = "".join(
@@ -317,7 +317,7 @@ def team_section(run: Run, rid: str, charts: list[Chart], phases: list[Chart]) -
 # -- MARL runs ----------------------------------------------------------------------------------
 def _marl_cards(run: Run) -> str:
     cfg = run.config
-    inner = cfg.get("config") if isinstance(cfg.get("config"), dict) else {}
+    inner = got if isinstance(got := cfg.get("config"), dict) else {}
     total = inner.get("total_env_steps")
     items = [
         ("algorithm · env", f"{escape(str(cfg.get('algorithm', '?')))} · {escape(str(cfg.get('env', '?')))}")

@@ -13,6 +13,7 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import cast
 
 from teamrl.report.page import write_report
 
@@ -65,7 +66,7 @@ class ReportServer:
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
+        host, port = cast(tuple[str, int], self.httpd.server_address[:2])  # an IP server: host is a str
         return f"http://{host}:{port}/"
 
     def refresh(self, force: bool = False) -> bool:
