@@ -333,4 +333,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir")
     p.add_argument("--episodes", type=int, default=50)
     p.set_defaults(func=cmd_eval)
-
