@@ -169,8 +169,12 @@ def _train_argv(
 ) -> list[str]:
     """``teamrl train`` of ``config`` into ``run_dir``. The user's ``sets`` may change ``defaults``,
     not ``fixed`` (what the comparison relies on) nor the seed and run directory."""
+    from teamrl.config import applicable_overrides
+
     run = [f"run.seed={seed}", f"run.out_dir={run_dir.parent}", f"run.name={run_dir.name}"]
-    return [sys.executable, "-m", "teamrl.cli", "train", config, *_set_args([*defaults, *sets, *run, *fixed])]
+    # one list of --set for the team and its control: each run takes what its recipe reads
+    overrides = applicable_overrides(REPO / config, [*defaults, *sets, *run, *fixed])
+    return [sys.executable, "-m", "teamrl.cli", "train", config, *_set_args(overrides)]
 
 
 def _team_argv(run_dir: Path, seed: int, sets: list[str]) -> list[str]:
@@ -182,7 +186,7 @@ def _team_base_path(sets: list[str], team_config: str = TEAM_CONFIG) -> str:
     from teamrl.config import load_config
     from teamrl.trainer.build import embedded_checkpoint_path
 
-    cfg = load_config(REPO / team_config, sets)
+    cfg = load_config(REPO / team_config, sets, check_options=False)
     return str(embedded_checkpoint_path(cfg, cfg.policies["default"]))
 
 
@@ -259,7 +263,7 @@ def build_base(config: str, sets: list[str]) -> None:
     from teamrl.trainer.build import embedded_checkpoint
 
     torch.set_num_threads(1)
-    cfg = load_config(REPO / config, sets)
+    cfg = load_config(REPO / config, sets, check_options=False)
     for pcfg in cfg.policies.values():
         if pcfg.kind == "embedded":
             print(f"embedded base: {embedded_checkpoint(cfg, pcfg, progress=False)}")

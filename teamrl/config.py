@@ -13,17 +13,16 @@ algorithm, recipe or reward is refused with the reason.
 from __future__ import annotations
 
 import copy
-import difflib
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from teamrl.algorithms.settings import CRITIC_ADAPTER, AlgorithmConfig, CriticConfig
 from teamrl.policies.settings import EmbeddedConfig, LoraConfig, PolicyConfig, VLLMConfig
-from teamrl.protocol.overrides import apply_overrides, deep_merge, read_yaml
+from teamrl.protocol.overrides import apply_overrides, deep_merge, format_errors, read_yaml
 from teamrl.protocol.overrides import parse_override as _parse_override  # noqa: F401 - teamrl.marl's
 from teamrl.protocol.plugins import resolve
 from teamrl.protocol.settings import ConfigError, SeatConfig, Strict, TaskSettings, WorkflowSettings
@@ -71,6 +70,7 @@ __all__ = [  # the settings models, re-exported where they were before they move
     "TasksConfig",
     "VLLMConfig",
     "WorkflowConfig",
+    "applicable_overrides",
     "apply_overrides",
     "dump_config",
     "load_config",
@@ -399,77 +399,29 @@ class Config(Strict):
         return {} if source is None else {d: source for d in alike if d not in learners}
 
 
-def _format_errors(err: ValidationError, root: type[BaseModel] | None = None, prefix: str = "") -> str:
-    lines = []
-    for e in err.errors():
-        key, _ = _walk(e["loc"], root)
-        key = ".".join(p for p in (prefix, key) if p)
-        if e["type"] == "extra_forbidden":
-            _, model = _walk(e["loc"][:-1], root)
-            bad = str(e["loc"][-1])
-            valid = sorted(model.model_fields) if model else []
-            close = difflib.get_close_matches(bad, valid, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            lines.append(f"  {key}: unknown key{hint} valid keys here: {', '.join(valid)}")
-        elif e["type"] == "union_tag_invalid":
-            ctx = e.get("ctx", {})
-            field = ctx.get("discriminator", "").strip("'")
-            lines.append(
-                f"  {key}.{field}: {ctx.get('tag')!r} is unknown; use one of {ctx.get('expected_tags')}"
-            )
-        else:
-            got = e.get("input")
-            got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
-            msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"  {key or '(top level)'}: {msg}{got_txt}")
-    return "\n".join(lines)
-
-
-def _walk(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> tuple[str, type[BaseModel] | None]:
-    """The key at ``loc`` as a YAML file writes it, and the pydantic model that validated the mapping
-    there (to list its valid keys; None below a plain value).
-
-    A section with several kinds (``workflow``: pipeline or debate) is followed in ``loc`` by the kind's
-    tag, which a YAML file does not write: it is left out of the key."""
-    model: type[BaseModel] | None = root or Config
-    shown: list[str] = []
-    kinds: dict[str, type[BaseModel]] = {}  # right after a section with several kinds: its models by tag
-    skip_name = False  # after a dict-valued field the next part is a user-chosen name
-    for part in loc:
-        if kinds:
-            model, kinds = kinds.get(str(part)), {}
-            continue
-        shown.append(str(part))
-        if skip_name or isinstance(part, int):
-            skip_name = False
-            continue
-        field = model.model_fields.get(str(part)) if model is not None else None
-        model = None
-        if field is None:
-            continue
-        ann = field.annotation
-        if get_origin(ann) is dict:
-            ann, skip_name = get_args(ann)[1], True
-        if field.discriminator is not None:
-            tag = str(field.discriminator)
-            kinds = {m.model_fields[tag].default: m for m in get_args(ann)}
-        elif isinstance(ann, type) and issubclass(ann, BaseModel):
-            model = ann
-    return ".".join(shown), model
-
-
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
     section = data.get(name)
     return section if isinstance(section, dict) else {}
+
+
+def _keyed(key: str, find: Any, name: str) -> Any:
+    try:
+        return find(name)
+    except ConfigError as exc:
+        raise ConfigError(f"invalid config:\n  {key}: {exc}") from None
 
 
 def _defaults(data: dict[str, Any]) -> dict[str, Any]:
     """The defaults a config starts from: those of the workflow it names and of that workflow's task
     suite (or of the suite it names)."""
     out = Config().model_dump(mode="json")  # the pipeline on programming tasks
-    workflow = workflow_class(str(_section(data, "workflow").get("name") or "pipeline"))
+    workflow = _keyed(
+        "workflow.name", workflow_class, str(_section(data, "workflow").get("name") or "pipeline")
+    )
     out["workflow"] = workflow.Settings.defaults()
-    suite = suite_class(str(_section(data, "tasks").get("suite") or workflow.task_suite))
+    suite = _keyed(
+        "tasks.suite", suite_class, str(_section(data, "tasks").get("suite") or workflow.task_suite)
+    )
     out["tasks"] = suite.Settings.defaults()
     return out
 
@@ -542,13 +494,13 @@ def _validate(data: dict[str, Any]) -> Config:
         try:
             data[key] = model.model_validate(section)
         except ValidationError as err:
-            errors.append(_format_errors(err, model, key))
+            errors.append(format_errors(err, model, key))
     if errors:
         raise ConfigError("invalid config:\n" + "\n".join(errors))
     try:
         return Config.model_validate(data)
     except ValidationError as err:
-        raise ConfigError("invalid config:\n" + _format_errors(err)) from None
+        raise ConfigError("invalid config:\n" + format_errors(err, Config)) from None
 
 
 def _absolute_plugins(data: dict[str, Any]) -> dict[str, Any]:
@@ -579,8 +531,12 @@ def _absolute_plugins(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read YAML (or start from defaults), apply overrides, validate. Raises ConfigError."""
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, check_options: bool = True
+) -> Config:
+    """Read YAML (or start from defaults), apply overrides, validate. Raises ConfigError. With
+    ``check_options`` an option set to other than its default that the chosen algorithm, recipe or reward
+    does not read is an error."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -592,8 +548,26 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     # without having to restate the rest of it.
     data = _absolute_plugins(apply_overrides(deep_merge(_defaults(given), data), overrides or []))
     cfg = _validate(data)
-    _check_applicable(given, cfg)
+    if check_options:
+        _check_applicable(given, cfg)
     return cfg
+
+
+def applicable_overrides(path: str | Path | None, overrides: list[str]) -> list[str]:
+    """``overrides`` less those setting an option that ``path``'s config (with them) does not read: one list
+    of ``--set`` for runs of several recipes (a benchmark's team and its single-agent control)."""
+    cfg = load_config(path, overrides, check_options=False)
+    functions = {f.name for f in cfg.reward.function_list()}
+    keep = []
+    for item in overrides:
+        key = item.split("=", 1)[0].strip().split(".")
+        unread = any(
+            key[:2] == [section, option] and getattr(getattr(cfg, section), choice) not in values
+            for section, option, choice, values in _APPLIES
+        ) or any(key[:2] == ["reward", o] and f not in functions for o, f in _REWARD_APPLIES.items())
+        if not unread:
+            keep.append(item)
+    return keep
 
 
 def dump_config(cfg: Config) -> str:

@@ -312,7 +312,7 @@ def _full_checkpoint(monkeypatch):
 
 
 def _full_metrics(monkeypatch):
-    import teamrl.trainer.run_dir as run_dir_module
+    import teamrl.atomic as run_dir_module  # where JsonlLog writes
 
     opened = []
 

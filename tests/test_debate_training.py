@@ -74,7 +74,7 @@ def test_a_task_file_is_checked_when_the_config_loads(tmp_path):
 @pytest.mark.parametrize(
     "overrides,needle",
     [
-        (["workflow.name=debat"], "workflow.name: 'debat' is unknown; use one of 'pipeline', 'debate'"),
+        (["workflow.name=debat"], "workflow.name: unknown workflow 'debat': did you mean 'debate'?"),
         (["workflow.debatres=2"], "workflow.debatres: unknown key; did you mean 'debaters'?"),
         (["workflow.order=[debater_0]"], "workflow.order: unknown key"),
         (["workflow.debaters=0"], "workflow.debaters: Input should be greater than or equal to 1"),
@@ -164,7 +164,7 @@ def test_a_tiny_debate_run_trains_only_the_phase_role_and_evaluates(tiny_cfg, tm
 
 def test_a_joint_mgrpo_debate_run_updates_every_trainable_seat(cache, tmp_path, monkeypatch):
     cfg = load_config(
-        overrides=[*TINY, cache, "recipe.name=joint", "recipe.iterations=1", "algorithm.name=mgrpo"]
+        overrides=[*TINY[:-2], cache, "recipe.name=joint", "recipe.iterations=1", "algorithm.name=mgrpo"]
     )
     trainer = Trainer(cfg, tmp_path / "run")
     seen = record_updates(trainer, monkeypatch)

@@ -28,6 +28,7 @@ from teamrl.workflows.self_play import (
     self_play_metrics,
     solve_alone,
 )
+from teamrl.workflows.self_play_workflow import SelfPlay
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 GJ_EXAMPLE = EXAMPLES / "self_play_generator_judge.yaml"
@@ -225,7 +226,8 @@ def test_the_held_out_figures_of_known_transcripts():
     )
     for e in episodes:
         assign_self_play_rewards(e, ps, 0.5)
-    assert summarize(episodes, "rollout/")["rollout/selfplay/valid_rate"] == pytest.approx(2 / 3)
+    summary = summarize(episodes, "rollout/", SelfPlay(ps))
+    assert summary["rollout/selfplay/valid_rate"] == pytest.approx(2 / 3)
 
 
 def test_a_frozen_solvers_k_attempts_stay_k_samples_when_turns_are_shared():

@@ -1,11 +1,14 @@
-"""Reading config files and ``--set key=value`` overrides (YAML with repeated keys refused)."""
+"""Reading config files and ``--set key=value`` overrides (YAML with repeated keys refused), and
+validation errors as a config file writes the keys."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from teamrl.protocol.settings import ConfigError
 
@@ -95,3 +98,62 @@ def read_yaml(p: Path) -> dict[str, Any]:
             f"got a {'list' if isinstance(loaded, list) else 'single value'}: {str(loaded)[:60]!r}"
         )
     return loaded
+
+
+def format_errors(err: ValidationError, root: type[BaseModel], prefix: str = "") -> str:
+    lines = []
+    for e in err.errors():
+        key, _ = _walk(e["loc"], root)
+        key = ".".join(p for p in (prefix, key) if p)
+        if e["type"] == "extra_forbidden":
+            _, model = _walk(e["loc"][:-1], root)
+            bad = str(e["loc"][-1])
+            valid = sorted(model.model_fields) if model else []
+            close = difflib.get_close_matches(bad, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            lines.append(f"  {key}: unknown key{hint} valid keys here: {', '.join(valid)}")
+        elif e["type"] == "union_tag_invalid":
+            ctx = e.get("ctx", {})
+            field = ctx.get("discriminator", "").strip("'")
+            lines.append(
+                f"  {key}.{field}: {ctx.get('tag')!r} is unknown; use one of {ctx.get('expected_tags')}"
+            )
+        else:
+            got = e.get("input")
+            got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {key or '(top level)'}: {msg}{got_txt}")
+    return "\n".join(lines)
+
+
+def _walk(loc: tuple[Any, ...], root: type[BaseModel]) -> tuple[str, type[BaseModel] | None]:
+    """The key at ``loc`` as a YAML file writes it, and the pydantic model that validated the mapping
+    there (to list its valid keys; None below a plain value).
+
+    A section with several kinds (``workflow``: pipeline or debate) is followed in ``loc`` by the kind's
+    tag, which a YAML file does not write: it is left out of the key."""
+    model: type[BaseModel] | None = root
+    shown: list[str] = []
+    kinds: dict[str, type[BaseModel]] = {}  # right after a section with several kinds: its models by tag
+    skip_name = False  # after a dict-valued field the next part is a user-chosen name
+    for part in loc:
+        if kinds:
+            model, kinds = kinds.get(str(part)), {}
+            continue
+        shown.append(str(part))
+        if skip_name or isinstance(part, int):
+            skip_name = False
+            continue
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = None
+        if field is None:
+            continue
+        ann = field.annotation
+        if get_origin(ann) is dict:
+            ann, skip_name = get_args(ann)[1], True
+        if field.discriminator is not None:
+            tag = str(field.discriminator)
+            kinds = {m.model_fields[tag].default: m for m in get_args(ann)}
+        elif isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+    return ".".join(shown), model

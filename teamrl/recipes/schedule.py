@@ -143,7 +143,6 @@ class RecipeHost(Protocol):
         group_size: int,
         share: frozenset[str] = frozenset(),
         seed_key: str | None = None,
-        train_roles: tuple[str, ...] = (),
     ) -> list[Episode]: ...
 
     def policy_of(self, role: str) -> Any: ...

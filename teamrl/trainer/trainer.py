@@ -114,6 +114,7 @@ class Trainer:
         self._unsaved_rows: list[dict[str, Any]] = []  # rows logged since the last checkpoint
         self._stop: str | None = None  # why the run should stop at its next checkpoint
         self.reward_metrics: dict[str, float] = {}  # the reward functions' figures of the last rollout
+        self.training_roles: tuple[str, ...] = ()  # the roles the RL iteration in progress trains
         self._tb = None
         try:
             self._build(resume, read_only)
@@ -186,15 +187,14 @@ class Trainer:
         group_size: int,
         share: frozenset[str] = frozenset(),
         seed_key: str | None = None,
-        train_roles: tuple[str, ...] = (),
     ) -> list[Episode]:
         """Play ``group_size`` episodes of every task concurrently, verify them and assign credit.
 
         ``share``: roles whose turn is sampled once per distinct prompt and reused by the whole group
         (the frozen roles of a training phase; see ``Team.share_turns``). ``seed_key``: the episodes'
-        sampling seeds (``episode_factories``); None samples from the global generator. ``train_roles``:
-        the roles this RL iteration trains (counterfactual credit replays them); the reward functions'
-        figures are left in :attr:`reward_metrics`."""
+        sampling seeds (``episode_factories``); None samples from the global generator. During an RL
+        iteration, counterfactual credit replays the roles it trains (:attr:`training_roles`); the reward
+        functions' figures are left in :attr:`reward_metrics`."""
         self.team.share_turns(share)
         try:
             if self.remote is not None:
@@ -204,7 +204,8 @@ class Trainer:
                 episodes = self.engine.run(factories)
         finally:
             self.team.share_turns()
-        replay = (lambda eps: self.counterfactual(tasks, eps, train_roles)) if train_roles else None
+        roles = self.training_roles
+        replay = (lambda eps: self.counterfactual(tasks, eps, roles)) if roles else None
         self.reward_metrics = score_episodes(self.cfg, self.workflow, episodes, replay)
         return episodes
 
@@ -476,13 +477,12 @@ class Trainer:
                     r for r in cfg.role_order() if r not in phase.roles and cfg.algorithm.share_frozen_turns
                 )
                 with self.team.seated(self.hooks.seats(phase) if self.hooks is not None else {}):
-                    episodes = self.rollout(
-                        tasks,
-                        cfg.algorithm.group_size,
-                        shared,
-                        seed_key=f"rl{st.step}",
-                        train_roles=phase.roles,
-                    )
+                    self.training_roles = phase.roles  # counterfactual credit replays them
+                    try:
+                        key = f"rl{st.step}"
+                        episodes = self.rollout(tasks, cfg.algorithm.group_size, shared, seed_key=key)
+                    finally:
+                        self.training_roles = ()
                     credit_stats = self.reward_metrics
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
