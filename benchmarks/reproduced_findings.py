@@ -49,6 +49,8 @@ from typing import Any
 
 import learning_gain as lg  # benchmarks/learning_gain.py: the job runner, run results, mean/std
 
+from teamrl.recipes.settings import RecipeConfig
+
 # The small shared setting: 4 tasks x 8 teams per iteration, 12 RL iterations, 48 held-out tasks x 2
 # episodes; the main job's cached base, SFT and rewards otherwise (alpha 0.6, T 0.7, grpo).
 SMALL = [
@@ -62,10 +64,14 @@ ROLES = ("planner", "coder", "reviewer", "tester")
 FREEZE_ROTATE = ["recipe.name=freeze_rotate", "recipe.roles=[coder,planner,reviewer,tester]"]
 FREEZE_ROTATE.append(f"recipe.iterations_per_role={ITERATIONS // len(ROLES)}")
 # recipe.roles explicitly: the main job's list names the coder twice (two freeze-rotate phases)
+# the main job's file sets freeze_rotate's iterations_per_role, which joint does not read (and a config
+# may not set what it does not read): back to its default
+_PER_ROLE_DEFAULT = RecipeConfig.model_fields["iterations_per_role"].default
 JOINT = [
     "recipe.name=joint",
     "recipe.roles=[planner,coder,reviewer,tester]",
     f"recipe.iterations={ITERATIONS}",
+    f"recipe.iterations_per_role={_PER_ROLE_DEFAULT}",
 ]
 # the credit finding compares one alpha for every role: the main job's per-role alpha (the reviewer on the
 # outcome alone) is cleared
