@@ -16,12 +16,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import traceback
 
 import torch
 
 torch.set_num_threads(1)
+# Ctrl-C as in a terminal: a process started in the background by a non-interactive shell (CI run with
+# `&`, nohup) inherits SIGINT ignored, and the attempts that send themselves SIGINT would go on training
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import teamrl.cli as cli  # noqa: E402 - after the thread count, as a run would set it
 import teamrl.trainer.trainer as trainer_module  # noqa: E402
