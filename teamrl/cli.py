@@ -138,12 +138,47 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ActorLost as exc:  # a Ray rollout worker lost too often, or the Ray learner lost
         print(f"teamrl: {exc}\ncontinue with: {resume}", file=sys.stderr)
         return 1
+    except (ConfigError, FileNotFoundError, SandboxUnavailableError):
+        raise  # main() says these in one line
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug (or ours): said in a few lines, the trace kept
+        return _crashed(exc, run_dir, resume)
     finally:
         if trainer is not None:
             trainer.close()
     _result_table(summary, cfg)
     _write_run_report(run_dir)
     return 0
+
+
+def _crashed(exc: Exception, run_dir: Path, resume: str) -> int:
+    """An error nothing else handles (a workflow's or reward function's bug, say): where it was raised,
+    the whole trace in RUN_DIR/error.log, and how to continue (the checkpoints before it are intact)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    package = str(Path(__file__).resolve().parent)
+    # the innermost frame of code that is not teamrl's nor a library's: a plugin's, where there is one
+    own = [f for f in frames if not f.filename.startswith(package) and "site-packages" not in f.filename]
+    where = (own or frames)[-1] if frames else None
+    text = "".join(traceback.format_exception(exc))
+    log_path = run_dir / "error.log"
+    try:
+        from teamrl.atomic import atomic_write_text
+
+        if run_dir.is_dir():
+            atomic_write_text(log_path, text)
+            saved = f"the whole trace: {log_path}"
+        else:
+            saved = "no run directory was made; the whole trace:\n" + text
+    except OSError:
+        saved = "the whole trace:\n" + text
+    at = f"\n  at {where.filename}:{where.lineno} in {where.name}: {where.line}" if where else ""
+    print(
+        f"teamrl: the run stopped: {type(exc).__name__}: {exc}{at}\n{saved}\n"
+        f"the checkpoints before it are intact: fix it and continue with: {resume}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _dry_run(cfg: Config) -> int:

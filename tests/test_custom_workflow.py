@@ -185,3 +185,26 @@ def test_check_reward_catches_a_reward_that_believes_the_text() -> None:
     with pytest.raises(AssertionError, match="text claiming success raised"):
         check_reward(gullible, workflow="debate")
     check_reward(gullible, workflow="debate", reads_text=True)  # declared: the shape checks still run
+
+
+def test_a_plugin_that_raises_stops_the_run_with_where_and_how_to_continue(cache, tmp_path, capsys) -> None:
+    from teamrl.trainer.checkpoints import checkpoint_dirs
+
+    plugin = tmp_path / "buggy_rewards.py"
+    plugin.write_text(
+        "calls = []\n\n\n"
+        "def explodes(episodes, ctx):\n"
+        "    calls.append(len(episodes))\n"
+        "    if len(calls) == 3:  # after SFT's evaluation and the first RL iteration\n"
+        "        return [1 / 0 for _ in episodes]\n"
+        "    return [0.0 for _ in episodes]\n"
+    )
+    functions = f"reward.functions=[{{name: hybrid}}, {{name: '{plugin}:explodes'}}]"
+    sets = [*TINY, cache, functions, f"run.out_dir={tmp_path}", "run.name=run"]
+    code = cli_main(["train", str(CONFIG), *(a for s in sets for a in ("--set", s))])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "ZeroDivisionError" in err and f"{plugin}:7 in " in err  # the line of the bug
+    assert f"teamrl train --resume {tmp_path / 'run'}" in err
+    assert "Traceback" in (tmp_path / "run" / "error.log").read_text()
+    assert checkpoint_dirs(tmp_path / "run")  # the work before it is kept
