@@ -75,7 +75,13 @@ def check_workflow(
         isinstance(getattr(wf_cls, "Settings", None), type) and issubclass(wf_cls.Settings, WorkflowSettings)
     ):
         raise AssertionError(f"{wf_cls.__name__}.Settings must be a subclass of teamrl.WorkflowSettings")
-    settings = settings if settings is not None else wf_cls.Settings.model_validate({})
+    if settings is None:
+        try:
+            settings = wf_cls.Settings.model_validate({})
+        except Exception as exc:  # noqa: BLE001 - said plainly
+            raise AssertionError(
+                f"{wf_cls.__name__}.Settings has required fields ({exc}); pass settings=..."
+            ) from None
     if sandbox is None and wf_cls.uses_sandbox:
         sandbox = _sandbox()
     wf = wf_cls(settings, sandbox)

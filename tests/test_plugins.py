@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from teamrl import Episode, ReasoningTask, TaskSettings, TaskSuite, Turn
+from teamrl import Episode, ReasoningTask, TaskSettings, TaskSuite, Turn, Workflow
 from teamrl.config import ConfigError, load_config
 from teamrl.engine.team import RoleCall, Seat, Team
 from teamrl.protocol import Message, render_message
@@ -153,3 +153,37 @@ def test_the_built_in_workflows_pass_the_users_conformance_checks(name: str) -> 
 @pytest.mark.parametrize("name", ["hybrid", "shared", "maporl", "marti", "counterfactual"])
 def test_the_built_in_reward_functions_pass_the_users_conformance_checks(name: str) -> None:
     check_reward(name, workflow="debate")
+
+
+class NamelessSettings(TaskSettings):
+    suite: str = "test_plugins:Nameless"
+
+
+class Nameless(TaskSuite[NamelessSettings]):
+    Settings = NamelessSettings
+
+    def sample(self, split: str, n: int, rng: random.Random) -> list[dict]:
+        return [{"question": "1 + 1?"} for _ in range(n)]
+
+
+def test_a_suite_whose_tasks_have_no_id_is_refused_before_anything_runs() -> None:
+    cfg = load_config(None, ["workflow.name=debate", "tasks.suite=test_plugins:Nameless"])
+    with pytest.raises(ConfigError, match="need a `task_id` string"):
+        build_suite(cfg)
+
+
+def test_check_workflow_asks_for_settings_it_cannot_make() -> None:
+    from teamrl import WorkflowSettings
+
+    class Needy(WorkflowSettings):
+        name: str = "needy"
+        level: int  # required
+
+    class NeedyFlow(Workflow):
+        Settings = Needy
+
+        async def play(self, team, task, group=0):  # noqa: ANN001, ANN202
+            raise AssertionError("not reached")
+
+    with pytest.raises(AssertionError, match="(?s)required fields.*pass settings"):
+        check_workflow(NeedyFlow)

@@ -43,9 +43,21 @@ Task = Any  # a task of the config's suite: the workflow's business
 def build_suite(cfg: Config) -> TaskSuite[Any]:
     """The config's task suite (``tasks.suite``: built-in or import path)."""
     try:
-        return suite_class(cfg.tasks.suite)(cfg.tasks)
+        suite = suite_class(cfg.tasks.suite)(cfg.tasks)
+        probe = suite.sample("train", 1, random.Random(0)) + suite.fixed_set("heldout", 1)
     except (ValueError, FileNotFoundError) as exc:  # a file the suite cannot use
         raise ConfigError(f"tasks: {exc}") from None
+    for task in probe:  # what every workflow, the trainer and the report rely on
+        if not isinstance(getattr(task, "task_id", None), str):
+            raise ConfigError(
+                f"tasks.suite {cfg.tasks.suite!r}: its tasks need a `task_id` string (got a "
+                f"{type(task).__name__} without one); a group's episodes and the report are keyed by it"
+            )
+    if not probe:
+        raise ConfigError(
+            f"tasks.suite {cfg.tasks.suite!r}: sample('train', 1) and fixed_set('heldout', 1) gave no task"
+        )
+    return suite
 
 
 def build_sandbox(cfg: Config) -> Sandbox | None:
