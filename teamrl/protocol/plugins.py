@@ -23,6 +23,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "pipeline": "teamrl.workflows.pipeline:Pipeline",
         "debate": "teamrl.workflows.debate:Debate",
         "self_play": "teamrl.workflows.self_play_workflow:SelfPlay",
+        "test_driven": "teamrl.workflows.test_driven:TDD",
     },
     "task suite": {
         "programming": "teamrl.tasks.suites:ProgrammingSuite",

@@ -166,7 +166,10 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     on training tasks, so that demonstration prompts are exactly the prompts of an episode."""
     suite = build_suite(cfg)
     rng = random.Random(seed)
-    workflow = build_workflow(cfg, None)
+    s = cfg.sandbox  # the experts' code runs in a local sandbox where the workflow's prompts show runs
+    limits = SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
+    local = Sandbox(limits, isolation=s.isolation) if cfg.workflow_class.demonstrations_need_sandbox else None
+    workflow = build_workflow(cfg, local)
     team = Team(workflow_experts(workflow, rng))
     tasks = workflow.demonstration_tasks(suite.sample("train", n_episodes, rng))
     episodes = asyncio.run(workflow.demonstrate(team, tasks))

@@ -70,6 +70,7 @@ class Workflow(ABC, Generic[S]):
     task_suite: ClassVar[str] = "reasoning"  # the default ``tasks.suite``
     task_type: ClassVar[type | None] = None  # the task class play() takes; a suite of another is refused
     uses_sandbox: ClassVar[bool] = False  # needs a code sandbox (``sandbox:``) to verify
+    demonstrations_need_sandbox: ClassVar[bool] = False  # the experts' episodes run code too
     own_rewards: ClassVar[bool] = False  # the rules of the game are the reward: only reward ``hybrid``
     # the held-out table's leading rows (label, metric) that ``teamrl train`` / ``teamrl eval`` print
     headline: ClassVar[list[tuple[str, str]]] = [("success", "eval/solved"), ("outcome", "eval/outcome")]

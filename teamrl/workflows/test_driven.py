@@ -1,0 +1,192 @@
+"""Workflow ``test_driven``: roles exchange executable evidence, not opinions (issue 18, first part).
+
+The Tester writes tests from the brief (and the plan) *before* the code; the Coder writes the code
+seeing them; the sandbox runs the Tester's tests on every code version and an execution report (how many
+pass; each failing call with expected vs actual, or the exception) goes to the Reviewer and the Coder;
+the Reviewer approves or names a failing case; the Coder revises at most ``max_revisions`` times. Hidden
+tests stay hidden: only the Tester's tests are run in the report. Verification and the per-role scores
+are the pipeline's (``teamrl.workflows.pipeline.verify``, ``teamrl.rewards.credit.process_scores``).
+
+It is written on the public workflow API only, like the built-ins.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from teamrl.engine.team import RoleCall, ScriptedRole, Team
+from teamrl.protocol import Episode, Message, Turn, render_message
+from teamrl.protocol.settings import WorkflowSettings
+from teamrl.rewards.credit import ScoredTurn, process_scores, scored_turns
+from teamrl.tasks.programming import ProgrammingTask
+from teamrl.tasks.sandbox.calls import CallTest, judge_calls, parse_asserts
+from teamrl.workflows.base import Workflow
+from teamrl.workflows.pipeline import PipelineState, RoleConfig, prompt_for, split_tests, verify
+
+NOT_RUN = "(not run)"
+
+
+def _default_roles() -> dict[str, RoleConfig]:
+    return {
+        "planner": RoleConfig(kind="plan", sop="Plan the steps.", max_new_tokens=40),
+        "tester": RoleConfig(kind="tests", sop="Write asserts from the brief.", max_new_tokens=64),
+        "coder": RoleConfig(kind="code", sop="Write the function; make the tests pass.", max_new_tokens=56),
+        "reviewer": RoleConfig(
+            kind="review", sop="Read the test report; approve or name the failing case.", max_new_tokens=48
+        ),
+    }
+
+
+class TDDConfig(WorkflowSettings):
+    """Workflow ``test_driven``: tests first, then code, then run, report, revise."""
+
+    name: str = "test_driven"
+    order: list[str] = Field(default_factory=lambda: ["planner", "tester", "coder", "reviewer"])
+    roles: dict[str, RoleConfig] = Field(default_factory=_default_roles)
+    max_revisions: int = Field(2, ge=0, le=8, description="coder revisions after an execution report at most")
+    report_failures: int = Field(3, ge=1, le=16, description="failing tests shown in a report at most")
+
+    @model_validator(mode="after")
+    def _stages(self) -> TDDConfig:
+        for name in self.order:
+            if name not in self.roles:
+                raise ValueError(
+                    f"workflow.order names {name!r}, which is not in workflow.roles {sorted(self.roles)}"
+                )
+        kinds = [self.roles[r].kind for r in self.order]
+        for needed in ("code", "tests"):
+            if kinds.count(needed) != 1:
+                raise ValueError(f"workflow.order needs exactly one role of kind {needed!r} (got {kinds})")
+        if kinds.index("tests") > kinds.index("code"):
+            raise ValueError("the 'tests' role must come before the 'code' role: tests are written first")
+        if "review" in kinds and kinds.index("review") < kinds.index("code"):
+            raise ValueError("a 'review' role must come after the 'code' role in workflow.order")
+        return self
+
+
+def execution_report(tests: Sequence[CallTest], results: Sequence[Any], function: str, shown: int) -> str:
+    """How many of the tests pass, then at most ``shown`` failing calls: expected vs actual, or the error."""
+    if not tests:
+        return "no test to run"
+    failing = [r.describe(t, function) for t, r in zip(tests, results, strict=True) if not r.passes(t)]
+    lines = [f"{len(tests) - len(failing)} of {len(tests)} tests pass"]
+    lines += [f"FAIL {line[:160]}" for line in failing[:shown]]
+    return "\n".join(lines)
+
+
+class TDD(Workflow[TDDConfig]):
+    """``test_driven`` (see the module)."""
+
+    Settings = TDDConfig
+    task_suite = "programming"
+    task_type = ProgrammingTask
+    uses_sandbox = True
+    demonstrations_need_sandbox = True  # the reports in the experts' prompts are real ones
+    headline = [("success", "eval/solved"), ("pass fraction", "eval/outcome")]
+
+    async def play(self, team: Team, task: Any, group: int = 0) -> Episode:
+        cfg, sandbox = self.settings, self.sandbox
+        episode = Episode(task_id=task.task_id, group=group)
+        state = PipelineState()
+        context: dict[str, Any] = {"task": task, "state": state, "report": NOT_RUN}
+        role_of = {cfg.roles[r].kind: r for r in cfg.order}
+        parsed: list[CallTest] = []
+
+        async def speak(role: str, sections: list[tuple[str, str]], round_: int = 0) -> Turn:
+            spec = cfg.roles[role]
+            turn = await team.act(
+                role, prompt_for(role, spec.sop, task, sections), spec.kind, round=round_, context=context
+            )
+            episode.turns.append(turn)
+            if turn.error:
+                episode.errors.append(turn.error)
+            return turn
+
+        async def report(code: str) -> str:
+            if sandbox is None or not parsed:
+                return NOT_RUN if sandbox is None else execution_report([], [], task.func_name, 0)
+            judged = await judge_calls(sandbox, code, task.func_name, parsed)
+            if judged.error is not None:
+                return f"the tests did not run: {judged.error}"
+            return execution_report(parsed, judged.results, task.func_name, cfg.report_failures)
+
+        shown: list[tuple[str, str]] = []
+        reports: list[str] = []  # one per code version
+        if "plan" in role_of:
+            turn = await speak(role_of["plan"], [])
+            state.plan = turn.message.content if turn.message else ""
+            shown.append(("plan", state.plan or "(none)"))
+        turn = await speak(role_of["tests"], shown)
+        state.tests = split_tests(turn.message.content) if turn.message else []
+        state.tests_turn = len(episode.turns) - 1
+        parsed, _ = parse_asserts(state.tests, task.func_name)
+        shown.append(("tests", "\n".join(state.tests) or "(none)"))
+        coder = role_of["code"]
+        review: str | None = None
+        for revision in range(cfg.max_revisions + 1):
+            sections = list(shown)
+            if state.code:
+                sections += [
+                    ("previous solution", state.code[-1] or "(none)"),
+                    ("test report", context["report"]),
+                ]
+                if review is not None:
+                    sections.append(("review", review))
+            turn = await speak(coder, sections, revision)
+            state.code.append(turn.message.content if turn.message else "")
+            state.code_turns.append(len(episode.turns) - 1)
+            context["report"] = await report(state.code[-1])
+            reports.append(context["report"])
+            passing = not parsed or context["report"].startswith(f"{len(parsed)} of {len(parsed)} ")
+            if "review" in role_of:
+                seen = [("solution", state.code[-1] or "(none)"), ("test report", context["report"])]
+                verdict = await speak(role_of["review"], seen, revision)
+                state.reviews.append((len(episode.turns) - 1, len(state.code) - 1))
+                if verdict.message is None or verdict.message.verdict != "revise":
+                    break
+                review = verdict.message.content or "please fix it"
+            elif passing:
+                break
+        if sandbox is not None:
+            await verify(episode, task, state, sandbox)
+        episode.verifier["reports"] = reports
+        return episode
+
+    def process_scores(self, episode: Episode) -> dict[str, float]:
+        return process_scores(episode, self.settings.roles)
+
+    def scored_turns(self, episode: Episode) -> list[ScoredTurn]:
+        return scored_turns(episode, self.settings.roles)
+
+    def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
+        """The pipeline's experts, except that the reviewer reads the report: it names the first failing
+        case while one fails, else approves; the coder's first version is buggy 30% of the time and every
+        revision is the reference."""
+
+        def text(call: RoleCall, kind: str, content: str, verdict: str | None = None) -> str:
+            return render_message(Message(role=call.role, kind=kind, content=content, verdict=verdict))  # type: ignore[arg-type]
+
+        def plan(call: RoleCall) -> str:
+            return text(call, "plan", call.context["task"].plan)
+
+        def tests(call: RoleCall) -> str:
+            return text(call, "tests", "\n".join(call.context["task"].demo_tests))
+
+        def code(call: RoleCall) -> str:
+            task = call.context["task"]
+            buggy = call.round == 0 and rng.random() < 0.3
+            return text(call, "code", (task.buggy_solution if buggy else task.reference_solution).strip("\n"))
+
+        def review(call: RoleCall) -> str:
+            report: str = call.context["report"]
+            failing = [line.removeprefix("FAIL ") for line in report.splitlines() if line.startswith("FAIL ")]
+            if failing:
+                return text(call, "review", failing[0], "revise")
+            return text(call, "review", "", "approve")
+
+        kinds = {"plan": plan, "tests": tests, "code": code, "review": review}
+        return {r: kinds[self.settings.roles[r].kind] for r in self.settings.order}

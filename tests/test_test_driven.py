@@ -1,0 +1,109 @@
+"""Workflow test_driven: tests first, an execution report of the tester's tests on every code version,
+revision from it; hidden tests stay hidden."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from tiny_base import TINY_BASE
+
+from teamrl.config import ConfigError, load_config
+from teamrl.engine.team import RoleCall, Seat, Team
+from teamrl.protocol import Message, render_message
+from teamrl.tasks.programming import ProgrammingTaskSuite
+from teamrl.tasks.sandbox import Sandbox, SandboxLimits
+from teamrl.tasks.sandbox.calls import CallResult, parse_asserts
+from teamrl.testing import check_workflow
+from teamrl.trainer.build import build_workflow
+from teamrl.trainer.trainer import Trainer
+from teamrl.workflows.test_driven import execution_report
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox(SandboxLimits())
+
+
+def test_the_settings_put_tests_before_code() -> None:
+    with pytest.raises(ConfigError, match="'tests' role must come before the 'code' role"):
+        load_config(None, ["workflow.name=test_driven", "workflow.order=[planner, coder, tester, reviewer]"])
+    with pytest.raises(ConfigError, match="exactly one role of kind 'code'"):
+        load_config(None, ["workflow.name=test_driven", "workflow.order=[tester, reviewer]"])
+    assert load_config(None, ["workflow.name=test_driven", "workflow.order=[tester, coder]"]).workflow.order
+
+
+def test_a_report_counts_the_passing_tests_and_shows_each_failure() -> None:
+    tests, _ = parse_asserts(["assert f(1) == 2", "assert f(2) == 4", "assert f(0) == 0"], "f")
+    results = [CallResult(2), CallResult(5), CallResult(error="ZeroDivisionError: division by zero")]
+    report = execution_report(tests, results, "f", shown=3)
+    assert report.splitlines() == [
+        "1 of 3 tests pass",
+        "FAIL f(2) returned 5, expected 4",
+        "FAIL f(0) raised ZeroDivisionError: division by zero",
+    ]
+    assert execution_report(tests, results, "f", shown=1).count("FAIL") == 1
+
+
+def test_a_buggy_first_version_is_reported_revised_and_the_hidden_tests_stay_hidden(sandbox: Sandbox) -> None:
+    cfg = load_config(None, ["workflow.name=test_driven"])
+    workflow = build_workflow(cfg, sandbox)
+    task = next(
+        t
+        for t in ProgrammingTaskSuite(seed=0).sample("train", 40, random.Random(3))
+        if t.kind == "fix" and len(t.demo_tests) >= 2
+    )
+    experts = workflow.experts(random.Random(0))
+    prompts: list[str] = []
+
+    def coder(call: RoleCall) -> str:  # buggy first, the reference once it has seen a report
+        prompts.append(call.prompt)
+        code = task.buggy_solution if call.round == 0 else task.reference_solution
+        return render_message(Message(role=call.role, kind="code", content=code.strip("\n")))
+
+    def watching(script):  # noqa: ANN001, ANN202
+        def speak(call: RoleCall) -> str:
+            prompts.append(call.prompt)
+            return script(call)
+
+        return speak
+
+    team = Team({r: Seat(script=coder if r == "coder" else watching(experts[r])) for r in cfg.workflow.order})
+    episode = asyncio.run(workflow.play(team, task))
+    reports = episode.verifier["reports"]
+    assert len(reports) == 2 and "FAIL" in reports[0] and "FAIL" not in reports[1]
+    assert episode.verifier["code_pass"][-1] == 1.0 and episode.verifier["solved"]
+    roles = [t.role for t in episode.turns]
+    assert roles.index("tester") < roles.index("coder")  # tests before code
+    assert roles == ["planner", "tester", "coder", "reviewer", "coder", "reviewer"]
+    review = episode.turns[3].message
+    assert review is not None and review.verdict == "revise" and review.content in reports[0]
+    shown = {line for line in task.demo_tests}
+    hidden = [t.text(task.func_name) for t in task.tests if t.text(task.func_name) not in shown]
+    assert hidden and not any(h in p for h in hidden for p in prompts)
+
+
+def test_the_built_in_passes_the_conformance_checks() -> None:
+    check_workflow("test_driven")
+
+
+def test_a_test_driven_team_trains(tmp_path) -> None:  # noqa: ANN001
+    cfg = load_config(
+        None,
+        [
+            *TINY_BASE,
+            "workflow.name=test_driven",
+            "workflow.max_revisions=1",
+            "recipe.roles=[coder]",
+            "recipe.iterations_per_role=1",
+            f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
+        ],
+    )
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        summary = trainer.fit()
+    finally:
+        trainer.close()
+    last = summary["evals"][-1]
+    assert last["label"] == "after_rl" and "eval/reward/tester" in last and "eval/reward/coder" in last
