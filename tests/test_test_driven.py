@@ -73,6 +73,8 @@ def test_a_buggy_first_version_is_reported_revised_and_the_hidden_tests_stay_hid
     episode = asyncio.run(workflow.play(team, task))
     reports = episode.verifier["reports"]
     assert len(reports) == 2 and "FAIL" in reports[0] and "FAIL" not in reports[1]
+    on_versions = episode.verifier["tests_on_versions"]
+    assert not all(on_versions[0]) and all(on_versions[1])  # the tester's tests caught the first version
     assert episode.verifier["code_pass"][-1] == 1.0 and episode.verifier["solved"]
     roles = [t.role for t in episode.turns]
     assert roles.index("tester") < roles.index("coder")  # tests before code
@@ -107,3 +109,37 @@ def test_a_test_driven_team_trains(tmp_path) -> None:  # noqa: ANN001
         trainer.close()
     last = summary["evals"][-1]
     assert last["label"] == "after_rl" and "eval/reward/tester" in last and "eval/reward/coder" in last
+
+
+@pytest.mark.parametrize(
+    ("verifier", "score"),
+    [
+        ({"tests_on_reference": [True, False]}, 0.0),  # wrong on the reference: nothing
+        ({"tests_on_reference": [True], "tests_on_buggy": [True], "code_pass": [1.0]}, 0.5),
+        ({"tests_on_reference": [True], "tests_on_buggy": [False], "code_pass": [1.0]}, 1.0),
+        # the coder's first version fails hidden tests: the tests caught it, and the buggy solution
+        (
+            {
+                "tests_on_reference": [True],
+                "tests_on_buggy": [False],
+                "code_pass": [0.4, 1.0],
+                "tests_on_versions": [[False], [True]],
+            },
+            1.0,
+        ),
+        # ... did not catch it (they pass on the wrong version), but catch the buggy solution
+        (
+            {
+                "tests_on_reference": [True],
+                "tests_on_buggy": [False],
+                "code_pass": [0.4, 1.0],
+                "tests_on_versions": [[True], [True]],
+            },
+            0.75,
+        ),
+    ],
+)
+def test_the_tester_is_paid_for_catching_wrong_code(verifier: dict, score: float) -> None:
+    from teamrl.workflows.test_driven import tester_score
+
+    assert tester_score(verifier) == pytest.approx(score)

@@ -78,6 +78,22 @@ def execution_report(tests: Sequence[CallTest], results: Sequence[Any], function
     return "\n".join(lines)
 
 
+def tester_score(verifier: dict[str, Any]) -> float:
+    """See :meth:`TDD.process_scores`."""
+    on_reference: list[bool] = verifier.get("tests_on_reference", [])
+    on_buggy: list[bool] = verifier.get("tests_on_buggy", [])
+    if not on_reference or not all(on_reference):
+        return 0.0
+    catches_buggy = not all(on_buggy)
+    code_pass: list[float] = verifier.get("code_pass", [])
+    on_versions: list[list[bool]] = verifier.get("tests_on_versions", [])
+    wrong = [k for k, p in enumerate(code_pass) if p < 1.0 and k < len(on_versions)]
+    if not wrong:
+        return 0.5 + 0.5 * catches_buggy
+    caught = sum(not all(on_versions[k]) for k in wrong) / len(wrong)
+    return 0.5 + 0.25 * catches_buggy + 0.25 * caught
+
+
 class TDD(Workflow[TDDConfig]):
     """``test_driven`` (see the module)."""
 
@@ -110,12 +126,14 @@ class TDD(Workflow[TDDConfig]):
             if sandbox is None or not parsed:
                 return NOT_RUN if sandbox is None else execution_report([], [], task.func_name, 0)
             judged = await judge_calls(sandbox, code, task.func_name, parsed)
+            on_versions.append(list(judged.passed))
             if judged.error is not None:
                 return f"the tests did not run: {judged.error}"
             return execution_report(parsed, judged.results, task.func_name, cfg.report_failures)
 
         shown: list[tuple[str, str]] = []
         reports: list[str] = []  # one per code version
+        on_versions: list[list[bool]] = []  # the tester's tests on each code version (when they ran)
         if "plan" in role_of:
             turn = await speak(role_of["plan"], [])
             state.plan = turn.message.content if turn.message else ""
@@ -154,10 +172,19 @@ class TDD(Workflow[TDDConfig]):
         if sandbox is not None:
             await verify(episode, task, state, sandbox)
         episode.verifier["reports"] = reports
+        if len(on_versions) == len(state.code):
+            episode.verifier["tests_on_versions"] = on_versions
         return episode
 
     def process_scores(self, episode: Episode) -> dict[str, float]:
-        return process_scores(episode, self.settings.roles)
+        """The pipeline's scores, except the tester's: half for tests that all pass on the reference; the
+        other half, when they do, for catching wrong code: the buggy solution and, where the coder wrote
+        versions that fail hidden tests, the share of those its tests failed (a quarter each)."""
+        scores = process_scores(episode, self.settings.roles)
+        tester = next((r for r in self.settings.order if self.settings.roles[r].kind == "tests"), None)
+        if tester is not None and tester in scores:
+            scores[tester] = tester_score(episode.verifier)
+        return scores
 
     def scored_turns(self, episode: Episode) -> list[ScoredTurn]:
         return scored_turns(episode, self.settings.roles)
