@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Protocol
 
 from teamrl.protocol import Episode, MessageKind
@@ -106,6 +107,29 @@ def process_scores(episode: Episode, roles: Mapping[str, RoleConfig]) -> dict[st
     return {role: sum(vals) / len(vals) for role, vals in scores.items()}
 
 
+def hybrid_mix(
+    episode: Episode,
+    outcomes: Mapping[str, float],
+    process: dict[str, float],
+    alpha: float,
+    format_penalty: float,
+    role_alpha: Mapping[str, float] | None = None,
+) -> None:
+    """Fill ``episode.rewards`` (and ``episode.process``) of the roles in ``outcomes``:
+    ``alpha * outcome_i + (1 - alpha) * p_i - format_penalty * (malformed turns / turns)``, with
+    ``role_alpha`` overriding ``alpha`` for the roles it names and p_i 0 for a role without a score."""
+    rewards: dict[str, float] = {}
+    for role in outcomes:
+        turns = episode.turns_of(role)
+        malformed = sum(t.error is not None for t in turns) / max(len(turns), 1)
+        p = process.get(role, 0.0)
+        a = (role_alpha or {}).get(role, alpha)
+        rewards[role] = a * outcomes[role] + (1 - a) * p - format_penalty * malformed
+        process[role] = p
+    episode.process = process
+    episode.rewards = rewards
+
+
 def assign_hybrid_rewards(
     episode: Episode,
     roles: Mapping[str, RoleConfig],
@@ -113,19 +137,10 @@ def assign_hybrid_rewards(
     format_penalty: float,
     role_alpha: Mapping[str, float] | None = None,
 ) -> None:
-    """Fill ``episode.process`` and ``episode.rewards`` for every role that spoke; ``role_alpha``
-    overrides ``alpha`` for the roles it names."""
-    process = process_scores(episode, roles)
-    rewards: dict[str, float] = {}
-    for role in dict.fromkeys(t.role for t in episode.turns):
-        turns = episode.turns_of(role)
-        malformed = sum(t.error is not None for t in turns) / len(turns)
-        p = process.get(role, 0.0)
-        a = (role_alpha or {}).get(role, alpha)
-        rewards[role] = a * episode.outcome + (1 - a) * p - format_penalty * malformed
-        process[role] = p
-    episode.process = process
-    episode.rewards = rewards
+    """The pipeline's rewards: :func:`hybrid_mix` of the team outcome and :func:`process_scores` for every
+    role that spoke."""
+    outcomes = {turn.role: episode.outcome for turn in episode.turns}
+    hybrid_mix(episode, outcomes, process_scores(episode, roles), alpha, format_penalty, role_alpha)
 
 
 def team_reward(episode: Episode) -> float:
@@ -358,27 +373,18 @@ def apply_credit(
     episode: Episode, reward: RewardConfig, roles: Mapping[str, RoleConfig] | None = None
 ) -> None:
     """Turn ``episode.rewards`` (the workflow's hybrid rewards) into ``reward.credit``'s, for every
-    role that spoke.
+    role that spoke, with the reward functions of ``teamrl.rewards.functions`` (``roles``: a pipeline's,
+    for its per-turn scores).
 
     hybrid and counterfactual leave them (counterfactual credit needs replays: the trainer runs
     ``teamrl.rewards.counterfactual.counterfactual_credit`` after the rollout); shared gives every
     role R; maporl and marti give a role the mean of its turns' credits minus format_penalty times its
     share of malformed turns. A role without a scored turn keeps its hybrid reward.
     """
-    if reward.credit in ("hybrid", "counterfactual"):
+    from teamrl.rewards import functions  # it imports this module
+
+    fn = {"shared": functions.shared, "maporl": functions.maporl, "marti": functions.marti}.get(reward.credit)
+    if fn is None:
         return
-    if reward.credit == "shared":
-        episode.rewards = {turn.role: episode.outcome for turn in episode.turns}
-        return
-    turns = scored_turns(episode, roles)
-    if reward.credit == "maporl":
-        values = maporl_turn_credit(turns, **reward.maporl.model_dump())
-    else:
-        values = marti_turn_credit(turns, episode.outcome, **reward.marti.model_dump())
-    per_role: dict[str, list[float]] = {}
-    for turn, value in zip(turns, values, strict=True):
-        per_role.setdefault(turn.role, []).append(value)
-    for role, vals in per_role.items():
-        spoken = episode.turns_of(role)
-        malformed = sum(t.error is not None for t in spoken) / len(spoken)
-        episode.rewards[role] = _mean(vals) - reward.format_penalty * malformed
+    scorer = SimpleNamespace(scored_turns=lambda e: scored_turns(e, roles))
+    [episode.rewards] = fn([episode], functions.RewardContext(workflow=scorer, settings=reward))

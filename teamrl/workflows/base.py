@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from teamrl.engine.team import EpisodeSeeds, ScriptedRole, Team
 from teamrl.protocol import Episode, Turn
 from teamrl.protocol.settings import ConfigError, SeatConfig, WorkflowSettings
+from teamrl.rewards.credit import hybrid_mix
 
 if TYPE_CHECKING:
     from teamrl.rewards.credit import ScoredTurn
@@ -121,18 +122,8 @@ class Workflow(ABC, Generic[S]):
         """Fill ``episode.process`` and ``episode.rewards`` of every role that spoke. Default: the hybrid
         reward ``alpha * outcome_i + (1 - alpha) * p_i - format_penalty * (malformed turns / turns)`` with
         ``reward.role_alpha`` overriding ``alpha`` per role."""
-        process = self.process_scores(episode)
-        outcomes = self.role_outcomes(episode)
-        rewards: dict[str, float] = {}
-        for role in outcomes:
-            turns = episode.turns_of(role)
-            malformed = sum(t.error is not None for t in turns) / max(len(turns), 1)
-            p = process.get(role, 0.0)
-            a = reward.role_alpha.get(role, reward.alpha)
-            rewards[role] = a * outcomes[role] + (1 - a) * p - reward.format_penalty * malformed
-            process[role] = p
-        episode.process = process
-        episode.rewards = rewards
+        process, outcomes = self.process_scores(episode), self.role_outcomes(episode)
+        hybrid_mix(episode, outcomes, process, reward.alpha, reward.format_penalty, reward.role_alpha)
 
     def batch_rewards(self, episodes: list[Episode], reward: RewardConfig) -> None:
         """Rewards that need the whole batch, after :meth:`assign_rewards` of each episode."""

@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 from teamrl.engine.team import ScriptedRole, Team
 from teamrl.protocol import Episode, Turn
 from teamrl.protocol.settings import ConfigError, SeatConfig, WorkflowSettings
-from teamrl.rewards.credit import ScoredTurn, scored_turns
+from teamrl.rewards.credit import ScoredTurn, hybrid_mix, scored_turns
 from teamrl.tasks.reasoning import ReasoningTask, extract_answer, normalize_answer
 from teamrl.workflows.base import Workflow
 
@@ -216,13 +216,7 @@ def verify(
 def assign_debate_rewards(episode: Episode, alpha: float, format_penalty: float) -> None:
     """Fill ``episode.process`` and ``episode.rewards`` for every role that spoke (needs ``verify``)."""
     outcome, process = _debate_scores(episode)
-    rewards = {}
-    for role in outcome:
-        turns = episode.turns_of(role)
-        malformed = sum(t.error is not None for t in turns) / len(turns)
-        rewards[role] = alpha * outcome[role] + (1 - alpha) * process[role] - format_penalty * malformed
-    episode.process = process
-    episode.rewards = rewards
+    hybrid_mix(episode, outcome, process, alpha, format_penalty)
 
 
 def pairing_score(episode: Episode, role: str, opponent: str) -> float | None:
