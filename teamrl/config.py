@@ -445,13 +445,13 @@ _REWARD_APPLIES = {
 }
 
 
-def _changed(given: dict[str, Any], section: str, option: str) -> bool:
-    """Whether ``given`` sets ``section.option`` to other than its default (a saved run's config.yaml
-    writes every default)."""
+def _changed(given: dict[str, Any], section: str, option: str, defaults: dict[str, Any]) -> bool:
+    """Whether ``given`` sets ``section.option`` to other than its default in ``defaults`` (a saved run's
+    config.yaml writes every default)."""
     if option not in _section(given, section):
         return False
     value = given[section][option]
-    default = Config().model_dump(mode="json")[section].get(option)
+    default = defaults[section].get(option)
     if isinstance(value, dict) and isinstance(default, dict):
         return any(default.get(k) != v for k, v in value.items())
     return value != default
@@ -462,8 +462,9 @@ def _check_applicable(given: dict[str, Any], cfg: Config) -> None:
     chosen algorithm, recipe or reward never reads, with the reason: an ignored option is a wrong
     experiment."""
     problems = []
+    defaults = Config().model_dump(mode="json")
     for section, option, choice, values in _APPLIES:
-        if _changed(given, section, option):
+        if _changed(given, section, option, defaults):
             chosen = getattr(getattr(cfg, section), choice)
             if chosen not in values:
                 problems.append(
@@ -472,7 +473,7 @@ def _check_applicable(given: dict[str, Any], cfg: Config) -> None:
                 )
     functions = {f.name for f in cfg.reward.function_list()}
     for option, function in _REWARD_APPLIES.items():
-        if _changed(given, "reward", option) and function not in functions:
+        if _changed(given, "reward", option, defaults) and function not in functions:
             problems.append(
                 f"  reward.{option}: applies to the {function} reward only, which this config does not use "
                 f"(reward functions: {sorted(functions)}); remove it"

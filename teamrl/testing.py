@@ -24,7 +24,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from teamrl.config import Config, reward_functions, suite_class, workflow_class
+from teamrl.config import suite_class, workflow_class
 from teamrl.engine.team import RoleCall, Seat, Team
 from teamrl.protocol import Episode
 from teamrl.protocol.plugins import resolve
@@ -250,10 +250,3 @@ def check_reward(
             )
     if problems:
         raise AssertionError(f"reward function {name}:\n  " + "\n  ".join(problems))
-
-
-def check_config_rewards(cfg: Config) -> None:
-    """``check_reward`` on every reward function a config names, with its workflow."""
-    for f_name, fn, _weight, args in reward_functions(cfg.reward):
-        if f_name not in ("counterfactual",):
-            check_reward(fn, cfg.workflow.name, args=args)

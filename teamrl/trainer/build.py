@@ -60,13 +60,18 @@ def build_suite(cfg: Config) -> TaskSuite[Any]:
     return suite
 
 
+def sandbox_limits(cfg: Config) -> SandboxLimits:
+    """The ``sandbox:`` section's limits."""
+    s = cfg.sandbox
+    return SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
+
+
 def build_sandbox(cfg: Config) -> Sandbox | None:
     """The sandbox a workflow that runs code (``Workflow.uses_sandbox``) verifies in; None for the others.
     With the Ray backend, a pool of Ray sandbox workers that runs each check in such a sandbox."""
     if not cfg.workflow_class.uses_sandbox:
         return None
-    s = cfg.sandbox
-    limits = SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
+    s, limits = cfg.sandbox, sandbox_limits(cfg)
     if cfg.run.backend == "ray":
         from teamrl.distributed.ray_sandbox import RaySandbox  # imports no Ray until the pool starts
 
@@ -120,9 +125,20 @@ def score_episodes(
     for episode in episodes:
         workflow.assign_rewards(episode, cfg.reward)
     workflow.batch_rewards(episodes, cfg.reward)
+    return apply_reward_functions(cfg, workflow, episodes, counterfactual)
+
+
+def apply_reward_functions(
+    cfg: Config,
+    workflow: Workflow[Any],
+    episodes: list[Episode],
+    counterfactual: Callable[[list[Episode]], dict[str, float]] | None = None,
+) -> dict[str, float]:
+    """The config's reward functions over episodes the workflow has rewarded; their figures. Only
+    ``hybrid`` at weight 1 keeps the workflow's rewards as they are."""
     functions = reward_functions(cfg.reward)
     if [(name, w, args) for name, _, w, args in functions] == [("hybrid", 1.0, {})]:
-        return {}  # the workflow's rewards as they are
+        return {}
     ctx = RewardContext(workflow=workflow, settings=cfg.reward, counterfactual=counterfactual)
     combine(episodes, ctx, functions)
     return ctx.metrics
@@ -151,9 +167,7 @@ def assign_rewards(cfg: Config, episode: Episode) -> None:
     """One verified episode's rewards: the workflow's own, then the config's reward functions."""
     workflow = build_workflow(cfg, None)
     workflow.assign_rewards(episode, cfg.reward)
-    functions = reward_functions(cfg.reward)
-    if [(name, w, args) for name, _, w, args in functions] != [("hybrid", 1.0, {})]:
-        combine([episode], RewardContext(workflow=workflow, settings=cfg.reward), functions)
+    apply_reward_functions(cfg, workflow, [episode])
 
 
 def assign_batch_rewards(cfg: Config, episodes: list[Episode]) -> None:
@@ -166,9 +180,9 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     on training tasks, so that demonstration prompts are exactly the prompts of an episode."""
     suite = build_suite(cfg)
     rng = random.Random(seed)
-    s = cfg.sandbox  # the experts' code runs in a local sandbox where the workflow's prompts show runs
-    limits = SandboxLimits(timeout_s=s.timeout_s, memory_mb=s.memory_mb, check_timeout_s=s.check_timeout_s)
-    local = Sandbox(limits, isolation=s.isolation) if cfg.workflow_class.demonstrations_need_sandbox else None
+    # the experts' code runs in a local sandbox where the workflow's prompts show runs
+    needed = cfg.workflow_class.demonstrations_need_sandbox
+    local = Sandbox(sandbox_limits(cfg), isolation=cfg.sandbox.isolation) if needed else None
     workflow = build_workflow(cfg, local)
     team = Team(workflow_experts(workflow, rng))
     tasks = workflow.demonstration_tasks(suite.sample("train", n_episodes, rng))

@@ -104,6 +104,25 @@ def prompt_for(role: str, sop: str, task: ProgrammingTask, sections: list[tuple[
     return "\n".join(lines) + "\n"
 
 
+async def take_turn(
+    team: Team,
+    episode: Episode,
+    task: ProgrammingTask,
+    role: str,
+    spec: RoleConfig,
+    sections: list[tuple[str, str]],
+    round_: int,
+    context: dict[str, Any],
+) -> Turn:
+    """``role`` speaks (its SOP, the task, ``sections``); the turn and any format error join ``episode``."""
+    prompt = prompt_for(role, spec.sop, task, sections)
+    turn = await team.act(role, prompt, spec.kind, round=round_, context=context)
+    episode.turns.append(turn)
+    if turn.error:
+        episode.errors.append(turn.error)
+    return turn
+
+
 def split_tests(content: str) -> list[str]:
     return [line.strip() for line in content.splitlines() if line.strip()][:MAX_TESTS]
 
@@ -128,13 +147,7 @@ async def play_pipeline(
     last_coder: str | None = None
 
     async def speak(role: str, sections: list[tuple[str, str]], round_: int = 0) -> Turn:
-        spec = cfg.roles[role]
-        prompt = prompt_for(role, spec.sop, task, sections)
-        turn = await team.act(role, prompt, spec.kind, round=round_, context=context)
-        episode.turns.append(turn)
-        if turn.error:
-            episode.errors.append(turn.error)
-        return turn
+        return await take_turn(team, episode, task, role, cfg.roles[role], sections, round_, context)
 
     async def write_code(role: str, round_: int, review: str | None) -> None:
         sections = [("plan", state.plan or "(none)")] if state.plan is not None else []

@@ -25,7 +25,7 @@ from teamrl.rewards.credit import ScoredTurn, process_scores, scored_turns
 from teamrl.tasks.programming import ProgrammingTask
 from teamrl.tasks.sandbox.calls import CallTest, judge_calls, parse_asserts
 from teamrl.workflows.base import Workflow
-from teamrl.workflows.pipeline import PipelineState, RoleConfig, prompt_for, split_tests, verify
+from teamrl.workflows.pipeline import PipelineState, RoleConfig, split_tests, take_turn, verify
 
 NOT_RUN = "(not run)"
 
@@ -113,14 +113,7 @@ class TDD(Workflow[TDDConfig]):
         parsed: list[CallTest] = []
 
         async def speak(role: str, sections: list[tuple[str, str]], round_: int = 0) -> Turn:
-            spec = cfg.roles[role]
-            turn = await team.act(
-                role, prompt_for(role, spec.sop, task, sections), spec.kind, round=round_, context=context
-            )
-            episode.turns.append(turn)
-            if turn.error:
-                episode.errors.append(turn.error)
-            return turn
+            return await take_turn(team, episode, task, role, cfg.roles[role], sections, round_, context)
 
         async def report(code: str) -> str:
             if sandbox is None or not parsed:
