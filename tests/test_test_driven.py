@@ -143,3 +143,99 @@ def test_the_tester_is_paid_for_catching_wrong_code(verifier: dict, score: float
     from teamrl.workflows.test_driven import tester_score
 
     assert tester_score(verifier) == pytest.approx(score)
+
+
+@pytest.mark.parametrize(
+    ("on_versions", "rule", "expected"),
+    [
+        ([[False, True], [True, True], [False, False]], "best", 1),  # most of the team's tests
+        ([[True, True], [False, True], [True, True]], "best", 2),  # the latest of equals
+        ([[True, True], [False, True], [False, False]], "last", 2),
+        ([], "best", 2),  # no test results: the last version
+    ],
+)
+def test_the_team_submits_the_version_its_own_tests_prefer(
+    on_versions: list, rule: str, expected: int
+) -> None:
+    from teamrl.workflows.test_driven import submitted_version
+
+    assert submitted_version(on_versions, 3, rule) == expected
+
+
+def _fix_task():  # noqa: ANN202
+    return next(
+        t
+        for t in ProgrammingTaskSuite(seed=0).sample("train", 40, random.Random(3))
+        if t.kind == "fix" and len(t.demo_tests) >= 2
+    )
+
+
+def _scripted_coder(versions: list[str]):  # noqa: ANN202
+    def coder(call: RoleCall) -> str:
+        code = versions[min(call.round, len(versions) - 1)]
+        return render_message(Message(role=call.role, kind="code", content=code.strip("\n")))
+
+    return coder
+
+
+def test_a_right_version_followed_by_a_worse_one_is_still_submitted(sandbox: Sandbox) -> None:
+    """The reviewer-free loop stops once the tests pass; with a reviewer that asks for a revision anyway,
+    the later, worse version is written but the team submits the one its tests prefer."""
+    task = _fix_task()
+    for rule, solved in (("best", True), ("last", False)):
+        cfg = load_config(
+            None, ["workflow.name=test_driven", f"workflow.submit={rule}", "workflow.max_revisions=1"]
+        )
+        workflow = build_workflow(cfg, sandbox)
+        experts = workflow.experts(random.Random(0))
+
+        def reviewer(call: RoleCall) -> str:
+            return render_message(Message(role=call.role, kind="review", content="again", verdict="revise"))
+
+        seats = {r: Seat(script=experts[r]) for r in cfg.workflow.order}
+        seats["coder"] = Seat(script=_scripted_coder([task.reference_solution, task.buggy_solution]))
+        seats["reviewer"] = Seat(script=reviewer)
+        episode = asyncio.run(workflow.play(Team(seats), task))
+        assert episode.verifier["code_pass"][0] == 1.0 and episode.verifier["code_pass"][1] < 1.0
+        assert episode.verifier["solved"] is solved
+        assert episode.outcome == episode.verifier["code_pass"][0 if solved else 1]
+
+
+def test_one_model_can_do_the_whole_loop(sandbox: Sandbox) -> None:
+    """coder_writes_tests: the coder's seat writes the tests (with the tests SOP), then code, sees the report
+    and revises; its tests are scored like a tester's and count in its process score."""
+    with pytest.raises(ConfigError, match="coder_writes_tests"):
+        load_config(None, ["workflow.name=test_driven", "workflow.coder_writes_tests=true"])
+    cfg = load_config(
+        None, ["workflow.name=test_driven", "workflow.order=[coder]", "workflow.coder_writes_tests=true"]
+    )
+    workflow = build_workflow(cfg, sandbox)
+    task = _fix_task()
+    expert = workflow.experts(random.Random(0))["coder"]
+    calls: list[RoleCall] = []
+
+    def coder(call: RoleCall) -> str:
+        calls.append(call)
+        if call.kind == "tests":
+            return expert(call)
+        return _scripted_coder([task.buggy_solution, task.reference_solution])(call)
+
+    episode = asyncio.run(workflow.play(Team({"coder": Seat(script=coder)}), task))
+    assert [c.kind for c in calls] == ["tests", "code", "code"]
+    assert "Write asserts from the brief." in calls[0].prompt and "test report" in calls[2].prompt
+    assert [t.role for t in episode.turns] == ["coder"] * 3 and episode.verifier["solved"]
+    scores = workflow.process_scores(episode)
+    assert set(scores) == {"coder"} and 0.0 < scores["coder"] <= 1.0
+    turns = workflow.scored_turns(episode)
+    assert [t.role for t in turns] == ["coder"] * 3 and turns[0].score > 0  # the tests turn, scored as tests
+
+
+def test_without_a_tests_role_the_coder_writes_once(sandbox: Sandbox) -> None:
+    """order [coder]: the Coder alone, on the same prompts (the equal-token control of issue 18)."""
+    cfg = load_config(None, ["workflow.name=test_driven", "workflow.order=[coder]"])
+    workflow = build_workflow(cfg, sandbox)
+    task = _fix_task()
+    team = Team({"coder": Seat(script=_scripted_coder([task.buggy_solution, task.reference_solution]))})
+    episode = asyncio.run(workflow.play(team, task))
+    assert len(episode.turns) == 1 and not episode.verifier["solved"]
+    assert "tests" not in episode.turns[0].prompt.split("\n", 1)[1]

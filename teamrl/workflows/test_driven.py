@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -28,6 +28,7 @@ from teamrl.workflows.base import Workflow
 from teamrl.workflows.pipeline import PipelineState, RoleConfig, split_tests, take_turn, verify
 
 NOT_RUN = "(not run)"
+_TESTS = "<tests>"  # a stand-in role name for the tests turn when the coder writes it
 
 
 def _default_roles() -> dict[str, RoleConfig]:
@@ -49,6 +50,19 @@ class TDDConfig(WorkflowSettings):
     roles: dict[str, RoleConfig] = Field(default_factory=_default_roles)
     max_revisions: int = Field(2, ge=0, le=8, description="coder revisions after an execution report at most")
     report_failures: int = Field(3, ge=1, le=16, description="failing tests shown in a report at most")
+    submit: Literal["best", "last"] = Field(
+        "best",
+        description="which code version the team submits: best = the one that passes most of the team's own "
+        "tests (the latest of equals), last = the last one written",
+    )
+    coder_writes_tests: bool = Field(
+        False,
+        description="one model does the whole loop: the code role also writes the tests (with the tests SOP "
+        "below) and no role of kind 'tests' may be in workflow.order; the control of issue 18",
+    )
+    tests_sop: str = Field(
+        "Write asserts from the brief.", description="SOP of the tests turn (coder_writes_tests)"
+    )
 
     @model_validator(mode="after")
     def _stages(self) -> TDDConfig:
@@ -58,10 +72,16 @@ class TDDConfig(WorkflowSettings):
                     f"workflow.order names {name!r}, which is not in workflow.roles {sorted(self.roles)}"
                 )
         kinds = [self.roles[r].kind for r in self.order]
-        for needed in ("code", "tests"):
-            if kinds.count(needed) != 1:
-                raise ValueError(f"workflow.order needs exactly one role of kind {needed!r} (got {kinds})")
-        if kinds.index("tests") > kinds.index("code"):
+        if kinds.count("code") != 1:
+            raise ValueError(f"workflow.order needs exactly one role of kind 'code' (got {kinds})")
+        if kinds.count("tests") > 1:
+            raise ValueError(f"workflow.order may have one role of kind 'tests' at most (got {kinds})")
+        if self.coder_writes_tests and "tests" in kinds:
+            raise ValueError(
+                "workflow.coder_writes_tests: the code role writes the tests, so workflow.order may not also "
+                f"have a role of kind 'tests' (got {kinds})"
+            )
+        if "tests" in kinds and kinds.index("tests") > kinds.index("code"):
             raise ValueError("the 'tests' role must come before the 'code' role: tests are written first")
         if "review" in kinds and kinds.index("review") < kinds.index("code"):
             raise ValueError("a 'review' role must come after the 'code' role in workflow.order")
@@ -76,6 +96,26 @@ def execution_report(tests: Sequence[CallTest], results: Sequence[Any], function
     lines = [f"{len(tests) - len(failing)} of {len(tests)} tests pass"]
     lines += [f"FAIL {line[:160]}" for line in failing[:shown]]
     return "\n".join(lines)
+
+
+def submitted_version(on_versions: Sequence[Sequence[bool]], n_versions: int, rule: str) -> int:
+    """The version the team submits: with ``rule`` "best" the one that passes most of the team's own tests
+    (``on_versions``, one list per version; the latest of equals), else (or without test results) the last."""
+    if rule != "best" or len(on_versions) != n_versions or n_versions == 0:
+        return n_versions - 1
+    return max(range(n_versions), key=lambda k: (sum(on_versions[k]), k))
+
+
+def submit(episode: Episode, on_versions: Sequence[Sequence[bool]], rule: str) -> None:
+    """Judge the episode on the submitted version (see :func:`submitted_version`): its hidden-test pass
+    fraction is the outcome. The team chooses it from its own tests only, never from the hidden ones."""
+    code_pass: list[float] = episode.verifier.get("code_pass", [])  # type: ignore[assignment]
+    if not code_pass:
+        return
+    k = submitted_version(on_versions, len(code_pass), rule)
+    episode.verifier["submitted"] = k
+    episode.outcome = code_pass[k]
+    episode.verifier["solved"] = code_pass[k] == 1.0
 
 
 def tester_score(verifier: dict[str, Any]) -> float:
@@ -131,12 +171,17 @@ class TDD(Workflow[TDDConfig]):
             turn = await speak(role_of["plan"], [])
             state.plan = turn.message.content if turn.message else ""
             shown.append(("plan", state.plan or "(none)"))
-        turn = await speak(role_of["tests"], shown)
-        state.tests = split_tests(turn.message.content) if turn.message else []
-        state.tests_turn = len(episode.turns) - 1
-        parsed, _ = parse_asserts(state.tests, task.func_name)
-        shown.append(("tests", "\n".join(state.tests) or "(none)"))
         coder = role_of["code"]
+        if "tests" in role_of or cfg.coder_writes_tests:
+            if "tests" in role_of:
+                turn = await speak(role_of["tests"], shown)
+            else:  # one model does the whole loop: the coder writes the tests too
+                spec = cfg.roles[coder].model_copy(update={"kind": "tests", "sop": cfg.tests_sop})
+                turn = await take_turn(team, episode, task, coder, spec, shown, 0, context)
+            state.tests = split_tests(turn.message.content) if turn.message else []
+            state.tests_turn = len(episode.turns) - 1
+            parsed, _ = parse_asserts(state.tests, task.func_name)
+            shown.append(("tests", "\n".join(state.tests) or "(none)"))
         review: str | None = None
         for revision in range(cfg.max_revisions + 1):
             sections = list(shown)
@@ -165,8 +210,12 @@ class TDD(Workflow[TDDConfig]):
         if sandbox is not None:
             await verify(episode, task, state, sandbox)
         episode.verifier["reports"] = reports
+        if state.tests_turn is not None:
+            episode.verifier["tests_turn"] = state.tests_turn
         if len(on_versions) == len(state.code):
             episode.verifier["tests_on_versions"] = on_versions
+        if sandbox is not None:
+            submit(episode, on_versions if len(on_versions) == len(state.code) else [], cfg.submit)
         return episode
 
     def process_scores(self, episode: Episode) -> dict[str, float]:
@@ -177,10 +226,24 @@ class TDD(Workflow[TDDConfig]):
         tester = next((r for r in self.settings.order if self.settings.roles[r].kind == "tests"), None)
         if tester is not None and tester in scores:
             scores[tester] = tester_score(episode.verifier)
+        t = episode.verifier.get("tests_turn")
+        if self.settings.coder_writes_tests and isinstance(t, int) and t < len(episode.turns):
+            coder = episode.turns[t].role  # one model's loop: its tests count like its code
+            scores[coder] = (scores.get(coder, 0.0) + tester_score(episode.verifier)) / 2
         return scores
 
     def scored_turns(self, episode: Episode) -> list[ScoredTurn]:
-        return scored_turns(episode, self.settings.roles)
+        """The pipeline's per-turn scores, the tests turn scored as :meth:`process_scores` scores it."""
+        t = episode.verifier.get("tests_turn")
+        if not isinstance(t, int) or t >= len(episode.turns):
+            return scored_turns(episode, self.settings.roles)
+        # the tests turn (the coder's own with coder_writes_tests) is scored as tests, by tester_score
+        turns = list(episode.turns)
+        turns[t] = turns[t].model_copy(update={"role": _TESTS})
+        roles = {**self.settings.roles, _TESTS: RoleConfig(kind="tests", sop="")}
+        out = scored_turns(episode.model_copy(update={"turns": turns}), roles)
+        out[t] = ScoredTurn(episode.turns[t].role, out[t].step, tester_score(episode.verifier))
+        return out
 
     def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
         """The pipeline's experts, except that the reviewer reads the report: it names the first failing
@@ -197,6 +260,8 @@ class TDD(Workflow[TDDConfig]):
             return text(call, "tests", "\n".join(call.context["task"].demo_tests))
 
         def code(call: RoleCall) -> str:
+            if call.kind == "tests":  # coder_writes_tests: the one model's tests turn
+                return tests(call)
             task = call.context["task"]
             buggy = call.round == 0 and rng.random() < 0.3
             return text(call, "code", (task.buggy_solution if buggy else task.reference_solution).strip("\n"))
