@@ -7,7 +7,12 @@ its most likely token), one episode per task: the RL policy is the run's final a
 policy is the frozen snapshot every trained role keeps as its KL reference (``ref_<role>``).
 Differences are paired per task: it reports how many tasks only one of the two solves.
 
-    .venv/bin/python benchmarks/greedy_eval.py RUN_DIR [RUN_DIR ...] [--n 300] [--json out.json]
+With ``--per-role`` it also measures what each trained role's RL turns change: the RL team plays again
+with that one role back on its SFT snapshot (the others keep their RL adapters), and the tasks whose
+outcome (hidden-test pass fraction) or success differ from the RL team's are counted (greedy decoding
+makes every difference the role's doing, not sampling noise).
+
+    .venv/bin/python benchmarks/greedy_eval.py RUN_DIR [RUN_DIR ...] [--n 300] [--per-role] [--json out.json]
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def greedy_eval(run_dir: Path, n_tasks: int) -> dict[str, Any]:
+def greedy_eval(run_dir: Path, n_tasks: int, per_role: bool = False) -> dict[str, Any]:
     import torch
 
     from teamrl.trainer.trainer import Trainer, resume_config
@@ -35,12 +40,12 @@ def greedy_eval(run_dir: Path, n_tasks: int) -> dict[str, Any]:
     cfg.run.progress = False
     trainer = Trainer(cfg, run_dir, resume=True, read_only=True)
     try:
-        return _greedy(trainer, run_dir, n_tasks)
+        return _greedy(trainer, run_dir, n_tasks, per_role)
     finally:
         trainer.close()
 
 
-def _greedy(trainer: Any, run_dir: Path, n_tasks: int) -> dict[str, Any]:
+def _greedy(trainer: Any, run_dir: Path, n_tasks: int, per_role: bool = False) -> dict[str, Any]:
     from teamrl.trainer.learner import ref_adapter
 
     cfg = trainer.cfg
@@ -49,19 +54,35 @@ def _greedy(trainer: Any, run_dir: Path, n_tasks: int) -> dict[str, Any]:
         seats[role] = dataclasses.replace(seat, temperature=0.0)
     tasks = trainer.suite.fixed_set("heldout", n_tasks)
 
-    def solved_per_task() -> list[bool]:
+    def play() -> list[tuple[bool, float]]:
+        """(solved, outcome) of each task's greedy episode."""
         for policy in trainer.policies.values():
             if hasattr(policy, "model"):
                 policy.model.eval()
         episodes = trainer.rollout(tasks, 1)
-        by_task = {e.task_id: bool(e.verifier.get("solved")) for e in episodes}
+        by_task = {e.task_id: (bool(e.verifier.get("solved")), float(e.outcome)) for e in episodes}
         return [by_task[t.task_id] for t in tasks]
 
-    after_rl = solved_per_task()
+    rl_played = play()
+    after_rl = [s for s, _ in rl_played]
     trained = [r for r in cfg.workflow.order if cfg.workflow.roles[r].adapter]
+    swaps: dict[str, Any] = {}
+    if per_role:
+        for role in trained:  # this role alone back on its SFT snapshot
+            own = seats[role]
+            seats[role] = dataclasses.replace(own, adapter=ref_adapter(role))
+            swapped = play()
+            seats[role] = own
+            swaps[role] = {
+                "outcome_changed": sum(a[1] != b[1] for a, b in zip(rl_played, swapped, strict=True)),
+                "solved_only_rl": sum(a[0] and not b[0] for a, b in zip(rl_played, swapped, strict=True)),
+                "solved_only_sft_turns": sum(
+                    b[0] and not a[0] for a, b in zip(rl_played, swapped, strict=True)
+                ),
+            }
     for role in trained:  # the SFT policy: each trained role's frozen reference snapshot
         seats[role] = dataclasses.replace(seats[role], adapter=ref_adapter(role))
-    after_sft = solved_per_task()
+    after_sft = [s for s, _ in play()]
     only_rl = sum(r and not s for r, s in zip(after_rl, after_sft, strict=True))
     only_sft = sum(s and not r for r, s in zip(after_rl, after_sft, strict=True))
     return {
@@ -72,6 +93,7 @@ def _greedy(trainer: Any, run_dir: Path, n_tasks: int) -> dict[str, Any]:
         "gain": (sum(after_rl) - sum(after_sft)) / len(tasks),
         "only_rl": only_rl,
         "only_sft": only_sft,
+        **({"per_role": swaps} if per_role else {}),
     }
 
 
@@ -80,16 +102,27 @@ def main() -> None:
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--n", type=int, default=300, help="held-out tasks (one greedy episode each)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--per-role",
+        action="store_true",
+        help="also count, per trained role, tasks whose outcome changes with that role on its SFT snapshot",
+    )
     args = parser.parse_args()
     rows = []
     for run_dir in args.run_dirs:
-        r = greedy_eval(run_dir, args.n)
+        r = greedy_eval(run_dir, args.n, args.per_role)
         rows.append(r)
         print(
             f"{run_dir.name:20} SFT {r['sft_solved']:.3f}  RL {r['rl_solved']:.3f}  gain {r['gain']:+.3f}"
             f"  (tasks solved only after RL {r['only_rl']}, only after SFT {r['only_sft']})",
             flush=True,
         )
+        for role, c in r.get("per_role", {}).items():
+            print(
+                f"  {role:12} RL turns change {c['outcome_changed']} outcomes: solved only with them "
+                f"{c['solved_only_rl']}, only with the SFT snapshot's {c['solved_only_sft_turns']}",
+                flush=True,
+            )
         if args.json is not None:
             from teamrl.atomic import atomic_write_text
 

@@ -230,12 +230,60 @@ def test_one_model_can_do_the_whole_loop(sandbox: Sandbox) -> None:
     assert [t.role for t in turns] == ["coder"] * 3 and turns[0].score > 0  # the tests turn, scored as tests
 
 
-def test_without_a_tests_role_the_coder_writes_once(sandbox: Sandbox) -> None:
-    """order [coder]: the Coder alone, on the same prompts (the equal-token control of issue 18)."""
-    cfg = load_config(None, ["workflow.name=test_driven", "workflow.order=[coder]"])
-    workflow = build_workflow(cfg, sandbox)
+def test_without_a_tests_role_the_coder_revises_from_the_examples_or_writes_once(sandbox: Sandbox) -> None:
+    """order [coder]: the brief's examples alone are run and reported; with max_revisions 0 it is the
+    Coder alone on the same prompts (the equal-token control of issue 18)."""
     task = _fix_task()
-    team = Team({"coder": Seat(script=_scripted_coder([task.buggy_solution, task.reference_solution]))})
-    episode = asyncio.run(workflow.play(team, task))
-    assert len(episode.turns) == 1 and not episode.verifier["solved"]
-    assert "tests" not in episode.turns[0].prompt.split("\n", 1)[1]
+    for revisions, turns in ((2, 2), (0, 1)):
+        cfg = load_config(
+            None,
+            ["workflow.name=test_driven", "workflow.order=[coder]", f"workflow.max_revisions={revisions}"],
+        )
+        workflow = build_workflow(cfg, sandbox)
+        team = Team({"coder": Seat(script=_scripted_coder([task.buggy_solution, task.reference_solution]))})
+        episode = asyncio.run(workflow.play(team, task))
+        assert len(episode.turns) == turns and episode.verifier["solved"] is (turns == 2)
+        assert "tests:" not in episode.turns[0].prompt
+    cfg = load_config(None, ["workflow.name=test_driven", "workflow.order=[coder]"])
+    episode = asyncio.run(
+        build_workflow(cfg, sandbox).play(
+            Team({"coder": Seat(script=_scripted_coder([task.buggy_solution, task.reference_solution]))}),
+            task,
+        )
+    )
+    first = episode.verifier["reports"][0]
+    assert first.startswith("examples: ") and "FAIL" in first and "tests:" not in first
+    assert episode.turns[1].prompt.count("FAIL") == first.count("FAIL")  # the coder sees the report
+
+
+def test_the_examples_count_before_the_team_s_own_tests_when_submitting() -> None:
+    from teamrl.workflows.test_driven import submitted_version
+
+    # version 0 passes both examples and fails the (possibly wrong) team test; version 1 the reverse
+    assert submitted_version([[True, True, False], [False, True, True]], 2, "best", n_examples=2) == 0
+    assert submitted_version([[True, True, False], [False, True, True]], 2, "best", n_examples=0) == 1
+
+
+def test_tests_written_beside_the_code_reach_the_coder_only_through_the_report(sandbox: Sandbox) -> None:
+    task = _fix_task()
+    for sees in (False, True):
+        cfg = load_config(
+            None,
+            [
+                "workflow.name=test_driven",
+                "workflow.order=[tester, coder]",
+                f"workflow.coder_sees_tests={sees}",
+            ],
+        )
+        workflow = build_workflow(cfg, sandbox)
+        experts = workflow.experts(random.Random(0))
+        seats = {
+            "tester": Seat(script=experts["tester"]),
+            "coder": Seat(script=_scripted_coder([task.buggy_solution, task.reference_solution])),
+        }
+        episode = asyncio.run(workflow.play(Team(seats), task))
+        first_code = episode.turns[1].prompt
+        assert ("tests:" in first_code) is sees
+        report = episode.verifier["reports"][0]
+        assert "examples: " in report and "tests: " in report and report in episode.turns[2].prompt
+        assert episode.verifier["solved"]

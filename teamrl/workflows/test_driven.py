@@ -63,6 +63,16 @@ class TDDConfig(WorkflowSettings):
     tests_sop: str = Field(
         "Write asserts from the brief.", description="SOP of the tests turn (coder_writes_tests)"
     )
+    run_examples: bool = Field(
+        True,
+        description="run the brief's own examples (public, as an issue's examples are) in every execution "
+        "report, beside the team's tests; hidden tests are never run there",
+    )
+    coder_sees_tests: bool = Field(
+        False,
+        description="show the team's tests in the coder's prompt (tests before the code); false: they are "
+        "written beside the code and reach the coder through the execution report only",
+    )
 
     @model_validator(mode="after")
     def _stages(self) -> TDDConfig:
@@ -98,24 +108,38 @@ def execution_report(tests: Sequence[CallTest], results: Sequence[Any], function
     return "\n".join(lines)
 
 
-def submitted_version(on_versions: Sequence[Sequence[bool]], n_versions: int, rule: str) -> int:
-    """The version the team submits: with ``rule`` "best" the one that passes most of the team's own tests
-    (``on_versions``, one list per version; the latest of equals), else (or without test results) the last."""
+def submitted_version(
+    on_versions: Sequence[Sequence[bool]], n_versions: int, rule: str, n_examples: int = 0
+) -> int:
+    """The version the team submits: with ``rule`` "best" the one whose run passed most (``on_versions``,
+    one list per version: the brief's ``n_examples`` examples first, then the team's own tests), the
+    examples counting before the team's tests (they are the spec; the team's tests may be wrong) and the
+    latest of equals; else (or without results) the last."""
     if rule != "best" or len(on_versions) != n_versions or n_versions == 0:
         return n_versions - 1
-    return max(range(n_versions), key=lambda k: (sum(on_versions[k]), k))
+    return max(
+        range(n_versions),
+        key=lambda k: (sum(on_versions[k][:n_examples]), sum(on_versions[k][n_examples:]), k),
+    )
 
 
-def submit(episode: Episode, on_versions: Sequence[Sequence[bool]], rule: str) -> None:
+def submit(episode: Episode, on_versions: Sequence[Sequence[bool]], rule: str, n_examples: int = 0) -> None:
     """Judge the episode on the submitted version (see :func:`submitted_version`): its hidden-test pass
-    fraction is the outcome. The team chooses it from its own tests only, never from the hidden ones."""
+    fraction is the outcome. The team chooses it from what it ran, never from the hidden tests."""
     code_pass: list[float] = episode.verifier.get("code_pass", [])  # type: ignore[assignment]
     if not code_pass:
         return
-    k = submitted_version(on_versions, len(code_pass), rule)
+    k = submitted_version(on_versions, len(code_pass), rule, n_examples)
     episode.verifier["submitted"] = k
     episode.outcome = code_pass[k]
     episode.verifier["solved"] = code_pass[k] == 1.0
+
+
+def examples_as_tests(task: ProgrammingTask) -> list[CallTest]:
+    """The brief's examples (``f(x) == y``) as calls and expected values; one that cannot be judged so is
+    left out."""
+    tests, _ = parse_asserts([f"assert {e}" for e in task.examples], task.func_name)
+    return tests
 
 
 def tester_score(verifier: dict[str, Any]) -> float:
@@ -155,23 +179,41 @@ class TDD(Workflow[TDDConfig]):
         async def speak(role: str, sections: list[tuple[str, str]], round_: int = 0) -> Turn:
             return await take_turn(team, episode, task, role, cfg.roles[role], sections, round_, context)
 
-        async def report(code: str) -> str:
-            if sandbox is None or not parsed:
-                return NOT_RUN if sandbox is None else execution_report([], [], task.func_name, 0)
-            judged = await judge_calls(sandbox, code, task.func_name, parsed)
-            on_versions.append(list(judged.passed))
+        # the brief's own examples (public, like the examples of an issue) run beside the team's tests
+        examples = examples_as_tests(task) if cfg.run_examples else []
+
+        async def report(code: str) -> tuple[str, bool]:
+            """The execution report of ``code`` and whether everything in it passed."""
+            if sandbox is None:
+                return NOT_RUN, True
+            if not parsed and not examples:
+                return execution_report([], [], task.func_name, 0), True
+            judged = await judge_calls(sandbox, code, task.func_name, [*examples, *parsed])
+            passed = list(judged.passed)
+            on_examples.append(passed[: len(examples)])
+            on_versions.append(passed[len(examples) :])
             if judged.error is not None:
-                return f"the tests did not run: {judged.error}"
-            return execution_report(parsed, judged.results, task.func_name, cfg.report_failures)
+                return f"the tests did not run: {judged.error}", False
+            parts = []
+            for label, tests, results in (
+                ("examples", examples, judged.results[: len(examples)]),
+                ("tests", parsed, judged.results[len(examples) :]),
+            ):
+                if tests:
+                    text = execution_report(tests, results, task.func_name, cfg.report_failures)
+                    parts.append(f"{label}: {text}" if examples else text)
+            return "\n".join(parts), all(passed)
 
         shown: list[tuple[str, str]] = []
         reports: list[str] = []  # one per code version
         on_versions: list[list[bool]] = []  # the tester's tests on each code version (when they ran)
+        on_examples: list[list[bool]] = []  # the brief's examples on each code version (when they ran)
         if "plan" in role_of:
             turn = await speak(role_of["plan"], [])
             state.plan = turn.message.content if turn.message else ""
             shown.append(("plan", state.plan or "(none)"))
         coder = role_of["code"]
+        coder_shown = list(shown)
         if "tests" in role_of or cfg.coder_writes_tests:
             if "tests" in role_of:
                 turn = await speak(role_of["tests"], shown)
@@ -181,10 +223,11 @@ class TDD(Workflow[TDDConfig]):
             state.tests = split_tests(turn.message.content) if turn.message else []
             state.tests_turn = len(episode.turns) - 1
             parsed, _ = parse_asserts(state.tests, task.func_name)
-            shown.append(("tests", "\n".join(state.tests) or "(none)"))
+            if cfg.coder_sees_tests:
+                coder_shown.append(("tests", "\n".join(state.tests) or "(none)"))
         review: str | None = None
         for revision in range(cfg.max_revisions + 1):
-            sections = list(shown)
+            sections = list(coder_shown)
             if state.code:
                 sections += [
                     ("previous solution", state.code[-1] or "(none)"),
@@ -195,9 +238,8 @@ class TDD(Workflow[TDDConfig]):
             turn = await speak(coder, sections, revision)
             state.code.append(turn.message.content if turn.message else "")
             state.code_turns.append(len(episode.turns) - 1)
-            context["report"] = await report(state.code[-1])
+            context["report"], passing = await report(state.code[-1])
             reports.append(context["report"])
-            passing = not parsed or context["report"].startswith(f"{len(parsed)} of {len(parsed)} ")
             if "review" in role_of:
                 seen = [("solution", state.code[-1] or "(none)"), ("test report", context["report"])]
                 verdict = await speak(role_of["review"], seen, revision)
@@ -212,10 +254,14 @@ class TDD(Workflow[TDDConfig]):
         episode.verifier["reports"] = reports
         if state.tests_turn is not None:
             episode.verifier["tests_turn"] = state.tests_turn
-        if len(on_versions) == len(state.code):
+        complete = len(on_versions) == len(state.code)
+        if complete:
             episode.verifier["tests_on_versions"] = on_versions
+            if examples:
+                episode.verifier["examples_on_versions"] = on_examples
         if sandbox is not None:
-            submit(episode, on_versions if len(on_versions) == len(state.code) else [], cfg.submit)
+            evidence = [[*e, *t] for e, t in zip(on_examples, on_versions, strict=True)] if complete else []
+            submit(episode, evidence, cfg.submit, len(examples))
         return episode
 
     def process_scores(self, episode: Episode) -> dict[str, float]:
