@@ -11,9 +11,9 @@ and guard the other functions.
 
 Every task is fully determined by its canonical content (difficulty, the helpers' families, parameters and
 names, the files they live in, which one is buggy); tests are drawn with a content-seeded generator. The
-train / held-out split hashes only the semantics (the helpers' reference bodies in chain order, which one is
-buggy and its buggy body; no function or file names), so a held-out repository is never a renamed copy of
-a training one.
+train / held-out split hashes only the fixed body of the buggy function (its family, difficulty and
+reference body; no function or file names, no context), so a held-out repository is never a renamed copy
+of a training one, and the fix it asks for is never one a training repository asks for.
 
 Execution (:func:`judge_repo`): a change is one whole new version of one function of one file
 (:func:`parse_change`), checked here before anything runs: a known file, a def of a function that file
@@ -126,7 +126,7 @@ class RepoTask:
     reference_fix: str  # the buggy function's def, fixed (what the coder should write)
     wrong_fix: str  # a plausible wrong version of it (the experts' slip)
     demo_tests: tuple[str, ...]  # a reproducing test of the issue and one at the buggy function
-    split_position: float  # in [0, 1), from the semantics only: held-out below the suite's fraction
+    split_position: float  # in [0, 1), from the fixed function only: held-out below the suite's fraction
 
     @property
     def files(self) -> dict[str, str]:
@@ -351,13 +351,11 @@ def _modules(parts: Sequence[Part], bodies: Sequence[tuple[str, ...]]) -> tuple[
     return tuple(out)
 
 
-def _semantics(parts: Sequence[Part], bug: int, buggy_body: tuple[str, ...]) -> str:
-    bodies = tuple((p[0], _FAMILIES[p[0]].shape(p[1]).body) for p in parts)
-    return _digest(bodies, bug, buggy_body)
-
-
-def _position(semantics: str) -> float:
-    return int(semantics[:12], 16) / 16**12
+def split_position(difficulty: int, family: str, params: Params) -> float:
+    """A stable number in [0, 1) from the buggy function's fixed body alone (no name, file or context):
+    the fix a held-out task asks for is never one a training task asks for."""
+    body = _body_text(_FAMILIES[family].shape(params).body)
+    return int(_digest("repo", difficulty, family, body)[:12], 16) / 16**12
 
 
 def _pick(ids: Sequence[int], k: int) -> list[int]:
@@ -389,7 +387,8 @@ def build_repo(difficulty: int, parts: tuple[Part, ...], bug: int) -> RepoTask:
     want_top = [ref[TOP_FUNCTION](*a) for a in top_inputs]
     want_unit = [ref[bug_name](*a) for a in unit_inputs]
     mutants = fam.mutants(params)
-    start = int(key[:8], 16) % len(mutants)
+    # the bug type rotates with the semantics (no names), so a renamed copy has the same bug
+    start = int(_digest(difficulty, [(p[0], p[1]) for p in parts], bug)[:8], 16) % len(mutants)
     for mutant in mutants[start:] + mutants[:start]:
         buggy_body = fam.shape(mutant).body
         if buggy_body == bodies[bug]:
@@ -437,7 +436,8 @@ def build_repo(difficulty: int, parts: tuple[Part, ...], bug: int) -> RepoTask:
     shown.append(test(TOP_FUNCTION, top_inputs[failing_i], want_top[failing_i]))
 
     hidden: list[RepoTest] = []
-    hidden += [test(bug_name, unit_inputs[i], want_unit[i]) for i in _pick(unit_diff, 3)]
+    # the experts' tests (the issue's call, unit_diff[0]) are none of the hidden ones
+    hidden += [test(bug_name, unit_inputs[i], want_unit[i]) for i in _pick(unit_diff[1:], 3)]
     hidden += [test(TOP_FUNCTION, top_inputs[i], want_top[i]) for i in _pick(top_diff[1:], 3)]
     hidden += [test(bug_name, unit_inputs[i], want_unit[i]) for i in _pick(unit_same[1:], 1)]
     hidden += [test(TOP_FUNCTION, top_inputs[i], want_top[i]) for i in _pick(top_same[1:], 1)]
@@ -467,7 +467,7 @@ def build_repo(difficulty: int, parts: tuple[Part, ...], bug: int) -> RepoTask:
         reference_fix=f"def {bug_name}({shape.args}):\n{_body_text(bodies[bug])}",
         wrong_fix=f"def {bug_name}({shape.args}):\n{_body_text(wrong_body)}",
         demo_tests=demo,
-        split_position=_position(_semantics(parts, bug, buggy_body)),
+        split_position=split_position(difficulty, family, params),
     )
 
 
