@@ -358,10 +358,6 @@ def split_position(difficulty: int, family: str, params: Params) -> float:
     return int(_digest("repo", difficulty, family, body)[:12], 16) / 16**12
 
 
-def _pick(ids: Sequence[int], k: int) -> list[int]:
-    return list(ids[:k])
-
-
 @lru_cache(maxsize=4096)
 def build_repo(difficulty: int, parts: tuple[Part, ...], bug: int) -> RepoTask:
     """The task of this canonical content (deterministic); :class:`RepoBuildError` where no bug mutation of
@@ -437,10 +433,10 @@ def build_repo(difficulty: int, parts: tuple[Part, ...], bug: int) -> RepoTask:
 
     hidden: list[RepoTest] = []
     # the experts' tests (the issue's call, unit_diff[0]) are none of the hidden ones
-    hidden += [test(bug_name, unit_inputs[i], want_unit[i]) for i in _pick(unit_diff[1:], 3)]
-    hidden += [test(TOP_FUNCTION, top_inputs[i], want_top[i]) for i in _pick(top_diff[1:], 3)]
-    hidden += [test(bug_name, unit_inputs[i], want_unit[i]) for i in _pick(unit_same[1:], 1)]
-    hidden += [test(TOP_FUNCTION, top_inputs[i], want_top[i]) for i in _pick(top_same[1:], 1)]
+    hidden += [test(bug_name, unit_inputs[i], want_unit[i]) for i in unit_diff[1:4]]
+    hidden += [test(TOP_FUNCTION, top_inputs[i], want_top[i]) for i in top_diff[1:4]]
+    hidden += [test(bug_name, unit_inputs[i], want_unit[i]) for i in unit_same[1:2]]
+    hidden += [test(TOP_FUNCTION, top_inputs[i], want_top[i]) for i in top_same[1:2]]
     for i, (fam_name, _, name, _) in enumerate(parts):
         if i != bug:
             a = rng.choice(inputs(fam_name))
