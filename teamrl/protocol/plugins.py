@@ -24,11 +24,13 @@ BUILTIN: dict[str, dict[str, str]] = {
         "debate": "teamrl.workflows.debate:Debate",
         "self_play": "teamrl.workflows.self_play_workflow:SelfPlay",
         "test_driven": "teamrl.workflows.test_driven:TDD",
+        "repo_fix": "teamrl.workflows.repo_fix:RepoFix",
     },
     "task suite": {
         "programming": "teamrl.tasks.suites:ProgrammingSuite",
         "reasoning": "teamrl.tasks.suites:ReasoningSuite",
         "humaneval": "teamrl.tasks.suites:HumanEvalSuite",
+        "repo": "teamrl.tasks.repos:RepoSuite",
     },
     "reward function": {
         "hybrid": "teamrl.rewards.functions:hybrid",
