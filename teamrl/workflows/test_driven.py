@@ -1,11 +1,17 @@
-"""Workflow ``test_driven``: roles exchange executable evidence, not opinions (issue 18, first part).
+"""Workflow ``test_driven``: roles exchange executable evidence, not opinions (issue 18).
 
-The Tester writes tests from the brief (and the plan) *before* the code; the Coder writes the code
-seeing them; the sandbox runs the Tester's tests on every code version and an execution report (how many
-pass; each failing call with expected vs actual, or the exception) goes to the Reviewer and the Coder;
-the Reviewer approves or names a failing case; the Coder revises at most ``max_revisions`` times. Hidden
-tests stay hidden: only the Tester's tests are run in the report. Verification and the per-role scores
-are the pipeline's (``teamrl.workflows.pipeline.verify``, ``teamrl.rewards.credit.process_scores``).
+The Tester writes tests from the brief (and the plan, when a Planner speaks first) beside the Coder's first
+version (``coder_sees_tests: true``: before it, in the Coder's prompt); the sandbox runs the brief's own
+examples (``run_examples``) and the Tester's tests on every code version, and an execution report (how many
+pass; each failing call with expected vs actual, or the exception) goes to the Reviewer, if there is one,
+and back to the Coder. The Reviewer approves or names a failing case; without one the Coder revises while
+anything in the report fails; at most ``max_revisions`` revisions. The team submits the version that
+passed most of what it ran, the examples counting first (``submit: best``). Hidden tests stay hidden: they
+never run in a report, and only judge the versions afterwards (``teamrl.workflows.pipeline.verify``).
+
+Controls on the same prompts: ``order: [coder]`` with ``max_revisions: 0`` is the Coder alone;
+``coder_writes_tests: true`` is one model doing the whole loop. Per-role scores are the pipeline's
+(``teamrl.rewards.credit.process_scores``) except the tests turn's (:func:`tester_score`).
 
 It is written on the public workflow API only, like the built-ins.
 """
