@@ -25,7 +25,9 @@ from teamrl.rewards.credit import ScoredTurn, process_scores, scored_turns
 from teamrl.tasks.programming import ProgrammingTask
 from teamrl.tasks.sandbox.calls import CallTest, judge_calls, parse_asserts
 from teamrl.workflows.base import Workflow
+from teamrl.workflows.branching import TurnGroupConfig, TurnGroups, turn_group_metrics
 from teamrl.workflows.pipeline import PipelineState, RoleConfig, split_tests, take_turn, verify
+from teamrl.workflows.turn_scores import programming_turn_score
 
 NOT_RUN = "(not run)"
 
@@ -49,6 +51,11 @@ class TDDConfig(WorkflowSettings):
     roles: dict[str, RoleConfig] = Field(default_factory=_default_roles)
     max_revisions: int = Field(2, ge=0, le=8, description="coder revisions after an execution report at most")
     report_failures: int = Field(3, ge=1, le=16, description="failing tests shown in a report at most")
+    turn_group: TurnGroupConfig = Field(
+        default_factory=TurnGroupConfig,
+        description="turn-level groups (AT-GRPO): K candidates of a trained role's turn, scored one by one "
+        "(teamrl.workflows.turn_scores), one continuing the episode; RL rollouts only",
+    )
 
     @model_validator(mode="after")
     def _stages(self) -> TDDConfig:
@@ -111,9 +118,19 @@ class TDD(Workflow[TDDConfig]):
         context: dict[str, Any] = {"task": task, "state": state, "report": NOT_RUN}
         role_of = {cfg.roles[r].kind: r for r in cfg.order}
         parsed: list[CallTest] = []
+        groups = TurnGroups(cfg.turn_group, team, episode)
 
         async def speak(role: str, sections: list[tuple[str, str]], round_: int = 0) -> Turn:
-            return await take_turn(team, episode, task, role, cfg.roles[role], sections, round_, context)
+            spec = cfg.roles[role]
+            if groups.active(role):  # K candidates from this history, each taken aside; one continues
+
+                async def act() -> Turn:
+                    aside = Episode(task_id=task.task_id, group=group)
+                    return await take_turn(team, aside, task, role, spec, sections, round_, context)
+
+                score = programming_turn_score(spec.kind, task, sandbox, lambda: state.code[-1])
+                return await groups.take(act, score)
+            return await take_turn(team, episode, task, role, spec, sections, round_, context)
 
         async def report(code: str) -> str:
             if sandbox is None or not parsed:
@@ -168,6 +185,13 @@ class TDD(Workflow[TDDConfig]):
         if len(on_versions) == len(state.code):
             episode.verifier["tests_on_versions"] = on_versions
         return episode
+
+    @classmethod
+    def check_config(cls, settings: TDDConfig, config: Any) -> None:
+        settings.turn_group.check(settings.roles, config)
+
+    def metrics(self, episodes: list[Episode], prefix: str) -> dict[str, float]:
+        return turn_group_metrics(episodes, prefix)
 
     def process_scores(self, episode: Episode) -> dict[str, float]:
         """The pipeline's scores, except the tester's: half for tests that all pass on the reference; the
