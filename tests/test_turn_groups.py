@@ -246,3 +246,24 @@ def test_rl_rollouts_branch_the_trained_role_and_evaluation_never_does(tmp_path)
     assert row["perf/rl_tokens_total"] == pytest.approx(row["rollout/tokens_per_episode"] * n)
     assert row["rollout/turn_group/candidates"] >= 1.0
     assert "rollout/turn_group/choice_gain" in row
+
+
+def test_the_benchmark_gives_the_per_task_arm_the_turn_level_arms_tokens(tmp_path) -> None:  # noqa: ANN001
+    from bench_scripts import load_script
+
+    script = load_script("turn_groups")
+    turn = tmp_path / "turn_s0"
+    turn.mkdir()
+    rows = [{"step": 1, "phase": "coder", "perf/rl_tokens_total": 500}]
+    rows += [{"step": 2, "phase": "tester", "perf/rl_tokens_total": 800}]
+    (turn / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert script.phase_tokens(turn) == {"coder": 500, "tester": 300}
+    argv = script._task_argv(tmp_path / "task_s0", 0, ["recipe.iterations_per_role.coder=2"], turn, 3.0)
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert "recipe.token_budget=800" in sets and "workflow.turn_group.size=1" in sets
+    assert "recipe.iterations_per_role.coder=6" in sets and "recipe.iterations_per_role.tester=9" in sets
+    turn_argv = script._turn_argv(turn, 0, [], 4, "best")
+    assert (
+        "workflow.turn_group.size=4" in turn_argv
+        and argv[argv.index("train") + 1] == "examples/test_driven.yaml"
+    )
