@@ -6,18 +6,20 @@ turn from one history, ranked against each other, the best continuing), read how
 rollouts generated (the candidates included), then train the same config with per-task groups
 (``workflow.turn_group.size=1``, GRPO over the G episodes of a task) from the same base and seed, with
 ``recipe.token_budget`` set to that number and every role's ``iterations_per_role`` multiplied by
-``--scale`` (default K) so that it can reach the budget. Prints held-out success (and pass fraction) after
+``--scale``: by default, per role, the turn-level run's tokens over its tokens without the candidates
+(``rollout/turn_group/candidate_tokens``) in that role's phases, so that each phase gets about the same
+tokens in both arms. Prints held-out success (and pass fraction) after
 SFT and after RL per seed with mean and sample standard deviation, and writes
 ``<results-dir>/turn_groups.json``.
 
-    .venv/bin/python benchmarks/turn_groups.py [--seeds 0 1 2] [--size 4] [--continues best] [--scale K]
+    .venv/bin/python benchmarks/turn_groups.py [--seeds 0 1 2] [--size 4] [--continues best] [--scale X]
         [--jobs 1] [--out-dir benchmarks/runs] [--results-dir benchmarks/results] [--set key=value ...]
 
 ``--set`` applies to both arms (their ``workflow.turn_group``, token budget and iterations are fixed).
 Runs go to a fresh ``<out-dir>/turn_groups-<timestamp>-<pid>/`` (``turn_s<seed>``, ``task_s<seed>``, each
 with a ``.log``). The per-task arm spends the budget in its own schedule order: with a budget reached
 early, its last phases get fewer iterations than the turn-level arm's (each arm's tokens per phase are in
-the JSON, ``phase_tokens``).
+the JSON, ``phase_tokens``; the per-role scales in ``task_iterations_scale``).
 """
 
 from __future__ import annotations
@@ -60,27 +62,56 @@ def _turn_argv(run_dir: Path, seed: int, sets: list[str], size: int, continues: 
     return lg._train_argv(CONFIG, run_dir, seed, sets, lg.COMMON, fixed)
 
 
-def scaled_iterations(sets: list[str], scale: float) -> list[str]:
-    """``recipe.iterations_per_role.<role>`` overrides: the config's (with ``sets``) times ``scale``."""
+def role_scales(turn_dir: Path) -> dict[str, float]:
+    """Per trained role of the turn-level run: its tokens over its tokens less the candidates', in that
+    role's phases (phase names end in the role, ``round1/coder#2``)."""
+    rows = [
+        json.loads(line) for line in (turn_dir / "metrics.jsonl").read_text().splitlines() if line.strip()
+    ]
+    sums: dict[str, list[float]] = {}
+    for row in rows:
+        if "rollout/tokens_per_episode" in row and "phase" in row:
+            role = row["phase"].rsplit("/", 1)[-1].split("#")[0]
+            total, candidates = (
+                row["rollout/tokens_per_episode"],
+                row.get("rollout/turn_group/candidate_tokens", 0.0),
+            )
+            acc = sums.setdefault(role, [0.0, 0.0])
+            acc[0] += total
+            acc[1] += total - candidates
+    return {role: total / without for role, (total, without) in sums.items() if without > 0}
+
+
+def scaled_iterations(sets: list[str], scale: float | dict[str, float]) -> list[str]:
+    """``recipe.iterations_per_role.<role>`` overrides: the config's (with ``sets``) times ``scale`` (one
+    number, or per role: a role it does not name keeps its iterations)."""
     from teamrl.config import load_config
 
     cfg = load_config(REPO / CONFIG, sets, check_options=False)
     per_role = cfg.recipe.iterations_per_role
+
+    def times(role: str | None, n: int) -> int:
+        factor = scale if isinstance(scale, float | int) else scale.get(role or "", 1.0)
+        return max(1, round(n * factor))
+
     if isinstance(per_role, int):
-        return [f"recipe.iterations_per_role={max(1, round(per_role * scale))}"]
-    return [f"recipe.iterations_per_role.{r}={max(1, round(n * scale))}" for r, n in per_role.items()]
+        mean = scale if isinstance(scale, float | int) else sum(scale.values()) / max(len(scale), 1)
+        return [f"recipe.iterations_per_role={max(1, round(per_role * mean))}"]
+    return [f"recipe.iterations_per_role.{r}={times(r, n)}" for r, n in per_role.items()]
 
 
-def _task_argv(run_dir: Path, seed: int, sets: list[str], turn_dir: Path, scale: float) -> list[str]:
-    """Per-task groups until they generated as many RL tokens as the turn-level run in ``turn_dir``."""
+def _task_argv(run_dir: Path, seed: int, sets: list[str], turn_dir: Path, scale: float | None) -> list[str]:
+    """Per-task groups until they generated as many RL tokens as the turn-level run in ``turn_dir``, with
+    the iterations per role scaled (``scale``, or None: :func:`role_scales`)."""
     tokens = lg.rl_token_counts(turn_dir)[0]
     budget = [f"recipe.token_budget={tokens}"] if tokens else ["recipe.roles=[]"]
-    fixed = ["workflow.turn_group.size=1", *scaled_iterations(sets, scale), *budget]
+    scales = role_scales(turn_dir) if scale is None else scale
+    fixed = ["workflow.turn_group.size=1", *scaled_iterations(sets, scales), *budget]
     return lg._train_argv(CONFIG, run_dir, seed, sets, lg.COMMON, fixed)
 
 
 def plan_jobs(
-    seeds: list[int], sets: list[str], batch_dir: Path, size: int, continues: str, scale: float
+    seeds: list[int], sets: list[str], batch_dir: Path, size: int, continues: str, scale: float | None
 ) -> list[lg.Job]:
     """The base build, every seed's turn-level run, then each seed's per-task run after it."""
     jobs = [lg.Job("build", partial(lg._build_argv, CONFIG, sets), batch_dir / "build.log")]
@@ -140,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=int, default=4, help="K, the turn-level group size (default 4)")
     parser.add_argument("--continues", choices=["best", "random"], default="best")
     parser.add_argument(
-        "--scale", type=float, help="per-task arm's iterations per role times this (default K)"
+        "--scale",
+        type=float,
+        help="per-task arm's iterations per role times this (default: measured per role)",
     )
     return parser
 
@@ -150,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.size < 2 or args.jobs < 1 or len(set(args.seeds)) != len(args.seeds):
         print("turn_groups: --size must be >= 2, --jobs >= 1 and --seeds distinct", file=sys.stderr)
         return 2
-    scale = args.scale if args.scale is not None else float(args.size)
+    scale = args.scale
     extra: dict[str, Any] = {}
     if args.collect is not None:
         batch_dir = args.collect.resolve()
@@ -191,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         "sets": args.set,
         "size": args.size,
         "continues": args.continues,
-        "task_iterations_scale": scale,
+        "task_iterations_scale": scale
+        if scale is not None
+        else {f"s{s['seed']}": role_scales(batch_dir / f"turn_s{s['seed']}") for s in per_seed},
         "batch_dir": str(batch_dir),
         **extra,
         "per_seed": per_seed,

@@ -244,7 +244,7 @@ def test_rl_rollouts_branch_the_trained_role_and_evaluation_never_does(tmp_path)
     # rl tokens, counted by the engine, are the episodes' generated tokens, the candidates' included
     n = cfg.algorithm.tasks_per_iteration * cfg.algorithm.group_size
     assert row["perf/rl_tokens_total"] == pytest.approx(row["rollout/tokens_per_episode"] * n)
-    assert row["rollout/turn_group/candidates"] >= 1.0
+    assert row["rollout/turn_group/candidates"] >= 1.0 and row["rollout/turn_group/candidate_tokens"] > 0
     assert "rollout/turn_group/choice_gain" in row
 
 
@@ -254,10 +254,20 @@ def test_the_benchmark_gives_the_per_task_arm_the_turn_level_arms_tokens(tmp_pat
     script = load_script("turn_groups")
     turn = tmp_path / "turn_s0"
     turn.mkdir()
-    rows = [{"step": 1, "phase": "coder", "perf/rl_tokens_total": 500}]
-    rows += [{"step": 2, "phase": "tester", "perf/rl_tokens_total": 800}]
+    rows = [{"step": 1, "phase": "round1/coder", "perf/rl_tokens_total": 500}]
+    rows += [{"step": 2, "phase": "round1/tester", "perf/rl_tokens_total": 800}]
+    for row, per_episode, candidates in zip(rows, (125.0, 75.0), (75.0, 25.0), strict=True):
+        row.update(
+            {"rollout/tokens_per_episode": per_episode, "rollout/turn_group/candidate_tokens": candidates}
+        )
     (turn / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert script.phase_tokens(turn) == {"coder": 500, "tester": 300}
+    assert script.phase_tokens(turn) == {"round1/coder": 500, "round1/tester": 300}
+    assert script.role_scales(turn) == {"coder": 2.5, "tester": 1.5}
+    measured = script._task_argv(tmp_path / "task_s0", 0, [], turn, None)
+    assert (
+        "recipe.iterations_per_role.coder=25" in measured
+        and "recipe.iterations_per_role.tester=4" in measured
+    )
     argv = script._task_argv(tmp_path / "task_s0", 0, ["recipe.iterations_per_role.coder=2"], turn, 3.0)
     sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     assert "recipe.token_budget=800" in sets and "workflow.turn_group.size=1" in sets

@@ -139,8 +139,8 @@ def record(episode: Episode, turns: Sequence[Turn], scores: Sequence[float], pic
 
 
 def turn_group_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
-    """Over a batch with turn-level groups (none without): candidates per episode, and the continuing
-    turns' mean reward minus their groups' mean (what the choice of the continuing candidate added)."""
+    """Over a batch with turn-level groups (none without): candidates and their generated tokens per
+    episode, and the continuing turns' mean reward minus their groups' mean (what the choice added)."""
     groups: dict[tuple[int, int], list[float]] = {}
     for i, e in enumerate(episodes):
         for c in e.candidates:
@@ -151,7 +151,10 @@ def turn_group_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, fl
     for (i, j), others in groups.items():
         chosen = episodes[i].attempt_rewards.get(j, 0.0)
         gains.append(chosen - (chosen + sum(others)) / (len(others) + 1))
+    n = max(len(episodes), 1)
+    tokens = sum(len(c.turn.completion_ids) for e in episodes for c in e.candidates if not c.turn.reused)
     return {
-        f"{prefix}turn_group/candidates": sum(len(e.candidates) for e in episodes) / max(len(episodes), 1),
+        f"{prefix}turn_group/candidates": sum(len(e.candidates) for e in episodes) / n,
+        f"{prefix}turn_group/candidate_tokens": tokens / n,
         f"{prefix}turn_group/choice_gain": sum(gains) / len(gains),
     }
