@@ -88,10 +88,12 @@ class RayRollouts:
         group_size: int,
         share: frozenset[str] = frozenset(),
         seed_key: str | None = None,
+        train: frozenset[str] | tuple[str, ...] = frozenset(),
     ) -> list[Episode]:
         """Episodes in the order ``Trainer.rollout`` returns them (task by task, group by group),
-        verified, without credit. With ``seed_key`` every episode samples from its own seeds, as in
-        ``Trainer.rollout``, so the workers play exactly what the local engine would.
+        verified, without credit; ``train``: the roles the rollout trains (``Team.train_turns``). With
+        ``seed_key`` every episode samples from its own seeds, as in ``Trainer.rollout``, so the workers
+        play exactly what the local engine would.
 
         Worker 0 continues the driver's torch RNG stream, so one worker samples exactly what the local
         engine would; worker ``i > 0`` samples from a seed drawn from that stream plus ``i``. A retried
@@ -107,7 +109,15 @@ class RayRollouts:
         rng_state = torch.get_rng_state()
         seed = int(torch.randint(0, 2**31 - 1, (1,)))
         calls = {
-            i: (shards[i], group_size, share, seed + i, rng_state if i == 0 else None, seed_key)
+            i: (
+                shards[i],
+                group_size,
+                share,
+                seed + i,
+                rng_state if i == 0 else None,
+                seed_key,
+                frozenset(train),
+            )
             for i in range(n)
             if shards[i]
         }

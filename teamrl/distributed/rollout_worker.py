@@ -69,10 +69,12 @@ class RolloutWorker:
         seed: int,
         rng_state: torch.Tensor | None = None,
         seed_key: str | None = None,
+        train: frozenset[str] = frozenset(),
     ) -> ShardResult:
         """Load ``weights``, then play ``group_size`` episodes of every task (as ``Trainer.rollout`` does
         in-process), sampling from ``seed`` or, when given, from the CPU generator state ``rng_state``;
-        with ``seed_key``, from each episode's own seeds (``episode_factories``)."""
+        with ``seed_key``, from each episode's own seeds (``episode_factories``); ``train``: the roles the
+        rollout trains (``Team.train_turns``)."""
         load_adapter_weights(self.policies, weights)
         torch.manual_seed(seed)  # every device's generator
         if rng_state is not None:
@@ -81,11 +83,13 @@ class RolloutWorker:
         tokens, generate_s, batches = stats.generated_tokens, stats.generate_s, len(stats.batch_sizes)
 
         self.team.share_turns(share)
+        self.team.train_turns(train)
         try:
             factories = episode_factories(self.cfg, self.workflow, self.team, tasks, group_size, seed_key)
             episodes = self.engine.run(factories)
         finally:
             self.team.share_turns()
+            self.team.train_turns()
         return ShardResult(
             episodes=episodes,
             generated_tokens=stats.generated_tokens - tokens,

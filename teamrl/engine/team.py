@@ -89,6 +89,8 @@ class Team:
         # result reused (see share_turns).
         self.shared_roles: frozenset[str] = frozenset()
         self._shared: dict[tuple[str, str, object], asyncio.Future[Generation]] = {}
+        # Roles the rollout in progress trains (see train_turns); empty outside RL rollouts.
+        self.trained_roles: frozenset[str] = frozenset()
 
     def share_turns(self, roles: frozenset[str] | set[str] = frozenset()) -> None:
         """From now on, sample each distinct prompt of ``roles`` once and give every episode that asks
@@ -102,6 +104,14 @@ class Team:
         """
         self.shared_roles = frozenset(roles)
         self._shared = {}
+
+    def train_turns(self, roles: frozenset[str] | set[str] | tuple[str, ...] = frozenset()) -> None:
+        """From now on, :attr:`trained_roles` is ``roles``: the roles the episodes being played are
+        learned for. The trainer sets them for an RL iteration's rollout only and clears them after it, so
+        they are empty in evaluation, demonstrations, probes and counterfactual replays. A workflow may
+        spend more samples on a trained role's turns (``teamrl.workflows.branching``: K candidates of a
+        turn, one continuing the episode), never on another's."""
+        self.trained_roles = frozenset(roles)
 
     @property
     def roles(self) -> list[str]:

@@ -2,6 +2,7 @@
 
 from teamrl.protocol.messages import (
     TAGS,
+    Candidate,
     Episode,
     FormatError,
     Message,
@@ -14,6 +15,7 @@ from teamrl.protocol.messages import (
 
 __all__ = [
     "TAGS",
+    "Candidate",
     "Episode",
     "FormatError",
     "Message",

@@ -47,6 +47,20 @@ class Turn(BaseModel):
     )
 
 
+class Candidate(BaseModel):
+    """A turn sampled from the same history as a turn of the episode, that did not continue it: one of a
+    turn-level group (``teamrl.workflows.branching``). It is no turn of the conversation: verifier turn
+    indices, process scores, per-turn credit and the report read ``Episode.turns`` only; the learner ranks
+    it against its group and its tokens count as generated."""
+
+    turn: Turn
+    of: int = Field(description="index in Episode.turns of the group's turn that continued the episode")
+    reward: float = Field(
+        description="this turn's own reward, ranked against the continuing turn's "
+        "(Episode.attempt_rewards[of]) and the group's other candidates'"
+    )
+
+
 class Episode(BaseModel):
     """One team's full trajectory on one task, with verifier results and per-role rewards."""
 
@@ -60,8 +74,15 @@ class Episode(BaseModel):
     attempt_rewards: dict[int, float] = Field(
         default_factory=dict,
         description="turn index -> reward of that turn alone, for a role's turns that are attempts at one "
-        "prompt (the solver's K attempts at a proposed problem): GRPO ranks them against each other "
-        "instead of giving each its episode's advantage",
+        "prompt (the solver's K attempts at a proposed problem; a turn-level group's continuing turn, ranked "
+        "with its ``candidates``): GRPO ranks them against each other instead of giving each its episode's "
+        "advantage",
+    )
+    candidates: list[Candidate] = Field(
+        default_factory=list,
+        description="turns sampled beside a turn of ``turns`` from the same history that did not continue "
+        "the episode (turn-level groups): learned from and counted as generated tokens, never part of the "
+        "conversation",
     )
     errors: list[str] = Field(default_factory=list)
 
@@ -70,7 +91,9 @@ class Episode(BaseModel):
 
     @property
     def num_generated_tokens(self) -> int:
-        return sum(len(t.completion_ids) for t in self.turns if not t.reused)
+        """Completion tokens generated for this episode: its turns (except reused ones) and its candidates."""
+        turns = [*self.turns, *(c.turn for c in self.candidates)]
+        return sum(len(t.completion_ids) for t in turns if not t.reused)
 
 
 class FormatError(ValueError):

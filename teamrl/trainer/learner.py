@@ -86,7 +86,9 @@ class Learner:
         """Per role, the advantage of each of its turns, keyed (episode index, turn index), in turn order:
         GRPO / M-GRPO give every turn of a role its episode's advantage, except the turns an episode
         scores one by one (``Episode.attempt_rewards``), whose group is the role's attempts at the same
-        prompt in that episode."""
+        prompt in that episode, with the episode's candidates at that prompt (``Episode.candidates``, a
+        turn-level group's turns that did not continue; keyed after the turns: index ``len(turns) + k``
+        is candidate k, see :func:`learned_turn`)."""
         adv = self.advantages(episodes, roles)
         out = {
             role: {
@@ -104,10 +106,17 @@ class Learner:
                 for j in sorted(ep.attempt_rewards)
                 if j < len(ep.turns) and ep.turns[j].role == role
             ]
+            rewards = [episodes[i].attempt_rewards[j] for i, j in keys]
+            for i, ep in enumerate(episodes):
+                for k, c in enumerate(ep.candidates):
+                    if c.turn.role == role:
+                        keys.append((i, len(ep.turns) + k))
+                        rewards.append(c.reward)
             if keys:
-                rewards = torch.tensor([episodes[i].attempt_rewards[j] for i, j in keys])
-                groups = [(i, episodes[i].turns[j].prompt) for i, j in keys]
-                attempt_adv = group_relative_advantages(rewards, groups, scale=self.cfg.algorithm.scale)
+                groups = [(i, learned_turn(episodes[i], j).prompt) for i, j in keys]
+                attempt_adv = group_relative_advantages(
+                    torch.tensor(rewards), groups, scale=self.cfg.algorithm.scale
+                )
                 out[role].update({key: float(a) for key, a in zip(keys, attempt_adv, strict=True)})
         return out
 
@@ -127,10 +136,11 @@ class Learner:
         stats: dict[str, float] = {"perf/learner_tokens": 0.0}
         for role in roles:
             policy = self.policy_of(role)
+            turns = {key: learned_turn(episodes[key[0]], key[1]) for key in adv[role]}
             items: list[_Sample] = [
-                _Sample(episodes[i].turns[j], value, episodes[i].turns[j].logprobs)
-                for (i, j), value in adv[role].items()
-                if episodes[i].turns[j].completion_ids and abs(value) > 1e-8
+                _Sample(turns[key], value, turns[key].logprobs)
+                for key, value in adv[role].items()
+                if turns[key].completion_ids and abs(value) > 1e-8
             ]
             if not items:  # every group had equal rewards: nothing to learn from this batch
                 stats[f"train/{role}/skipped"] = 1.0
@@ -253,6 +263,12 @@ class Learner:
             self.optimizer(role).load_state_dict(sd)
         if self.critic is not None:
             self.critic.load(directory / CRITIC_DIR)
+
+
+def learned_turn(episode: Episode, j: int) -> Turn:
+    """The learner's turn ``j`` of ``episode``: its turn ``j``, or past them, candidate ``j - len(turns)``."""
+    n = len(episode.turns)
+    return episode.turns[j] if j < n else episode.candidates[j - n].turn
 
 
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:

@@ -1,6 +1,5 @@
-"""The one driver loop: SFT every role, then the recipe's phases of
-rollout -> verify -> credit -> advantages -> update, with metrics, checkpoints and evaluation.
-"""
+"""The one driver loop: SFT every role, then the recipe's phases of rollout -> verify -> credit ->
+advantages -> update, with metrics, checkpoints and evaluation."""
 
 from __future__ import annotations
 
@@ -191,20 +190,22 @@ class Trainer:
         """Play ``group_size`` episodes of every task concurrently, verify them and assign credit.
 
         ``share``: roles whose turn is sampled once per distinct prompt and reused by the whole group
-        (the frozen roles of a training phase; see ``Team.share_turns``). ``seed_key``: the episodes'
-        sampling seeds (``episode_factories``); None samples from the global generator. During an RL
-        iteration, counterfactual credit replays the roles it trains (:attr:`training_roles`); the reward
-        functions' figures are left in :attr:`reward_metrics`."""
+        (the frozen roles of a training phase; ``Team.share_turns``). ``seed_key``: the episodes' sampling
+        seeds (``episode_factories``); None: the global generator. During an RL iteration the team knows the
+        roles it trains (:attr:`training_roles`, ``Team.train_turns``), counterfactual credit replays them;
+        the reward functions' figures are left in :attr:`reward_metrics`."""
+        roles = self.training_roles
         self.team.share_turns(share)
+        self.team.train_turns(roles)
         try:
             if self.remote is not None:
-                episodes = self.remote.rollout(tasks, group_size, share, seed_key)
+                episodes = self.remote.rollout(tasks, group_size, share, seed_key, train=roles)
             else:
                 factories = episode_factories(self.cfg, self.workflow, self.team, tasks, group_size, seed_key)
                 episodes = self.engine.run(factories)
         finally:
             self.team.share_turns()
-        roles = self.training_roles
+            self.team.train_turns()
         replay = (lambda eps: self.counterfactual(tasks, eps, roles)) if roles else None
         self.reward_metrics = score_episodes(self.cfg, self.workflow, episodes, replay)
         return episodes

@@ -31,7 +31,9 @@ from teamrl.rewards.credit import ScoredTurn, process_scores, scored_turns
 from teamrl.tasks.programming import ProgrammingTask
 from teamrl.tasks.sandbox.calls import CallTest, judge_calls, parse_asserts
 from teamrl.workflows.base import Workflow
+from teamrl.workflows.branching import TurnGroupConfig, TurnGroups, turn_group_metrics
 from teamrl.workflows.pipeline import PipelineState, RoleConfig, split_tests, take_turn, verify
+from teamrl.workflows.turn_scores import programming_turn_score
 
 NOT_RUN = "(not run)"
 _TESTS = "<tests>"  # a stand-in role name for the tests turn when the coder writes it
@@ -58,8 +60,9 @@ class TDDConfig(WorkflowSettings):
     report_failures: int = Field(3, ge=1, le=16, description="failing tests shown in a report at most")
     submit: Literal["best", "last"] = Field(
         "best",
-        description="which code version the team submits: best = the one that passes most of the team's own "
-        "tests (the latest of equals), last = the last one written",
+        description="which code version the team submits: best = the one that passed most of what the "
+        "report ran (the brief's examples first, then the team's tests; the latest of equals), last = the "
+        "last one written",
     )
     coder_writes_tests: bool = Field(
         False,
@@ -78,6 +81,11 @@ class TDDConfig(WorkflowSettings):
         False,
         description="show the team's tests in the coder's prompt (tests before the code); false: they are "
         "written beside the code and reach the coder through the execution report only",
+    )
+    turn_group: TurnGroupConfig = Field(
+        default_factory=TurnGroupConfig,
+        description="turn-level groups (AT-GRPO): K candidates of a trained role's turn, scored one by one "
+        "(teamrl.workflows.turn_scores), one continuing the episode; RL rollouts only",
     )
 
     @model_validator(mode="after")
@@ -181,9 +189,19 @@ class TDD(Workflow[TDDConfig]):
         context: dict[str, Any] = {"task": task, "state": state, "report": NOT_RUN}
         role_of = {cfg.roles[r].kind: r for r in cfg.order}
         parsed: list[CallTest] = []
+        groups = TurnGroups(cfg.turn_group, team, episode)
 
         async def speak(role: str, sections: list[tuple[str, str]], round_: int = 0) -> Turn:
-            return await take_turn(team, episode, task, role, cfg.roles[role], sections, round_, context)
+            spec = cfg.roles[role]
+            if groups.active(role):  # K candidates from this history, each taken aside; one continues
+
+                async def act() -> Turn:
+                    aside = Episode(task_id=task.task_id, group=group)
+                    return await take_turn(team, aside, task, role, spec, sections, round_, context)
+
+                score = programming_turn_score(spec.kind, task, sandbox, lambda: state.code[-1])
+                return await groups.take(act, score)
+            return await take_turn(team, episode, task, role, spec, sections, round_, context)
 
         # the brief's own examples (public, like the examples of an issue) run beside the team's tests
         examples = examples_as_tests(task) if cfg.run_examples else []
@@ -269,6 +287,13 @@ class TDD(Workflow[TDDConfig]):
             evidence = [[*e, *t] for e, t in zip(on_examples, on_versions, strict=True)] if complete else []
             submit(episode, evidence, cfg.submit, len(examples))
         return episode
+
+    @classmethod
+    def check_config(cls, settings: TDDConfig, config: Any) -> None:
+        settings.turn_group.check(settings.roles, config)
+
+    def metrics(self, episodes: list[Episode], prefix: str) -> dict[str, float]:
+        return turn_group_metrics(episodes, prefix)
 
     def process_scores(self, episode: Episode) -> dict[str, float]:
         """The pipeline's scores, except the tester's: half for tests that all pass on the reference; the
