@@ -67,20 +67,18 @@ def _greedy_argv(run_dir: Path, per_role: bool) -> list[str]:
 
 
 def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job]:
-    """The base build, every seed's team run, each seed's controls after its team run, then a greedy
-    evaluation of every run after it."""
+    """The base build, then seed by seed: the team run, its controls (after it), a greedy evaluation of
+    each run (after it). Ready jobs start in this order, so an earlier seed finishes whole first and a
+    batch cut short still has complete seeds to ``--collect``."""
     jobs = [lg.Job("build", partial(lg._build_argv, TEAM, sets), batch_dir / "build.log")]
     for seed in seeds:
         team = batch_dir / f"team_s{seed}"
         argv = partial(lg._train_argv, TEAM, team, seed, sets, lg.COMMON, [])
         jobs.append(lg.Job(team.name, argv, team.with_suffix(".log"), ("build",), team))
-    for seed in seeds:
-        team = batch_dir / f"team_s{seed}"
         for arm, config in CONTROLS.items():
             run = batch_dir / f"{arm}_s{seed}"
             argv = partial(lg._baseline_argv, run, seed, sets, team, config, TEAM)
             jobs.append(lg.Job(run.name, argv, run.with_suffix(".log"), (team.name,), run))
-    for seed in seeds:
         for arm in ARMS:
             run = batch_dir / f"{arm}_s{seed}"
             log = run.with_name(f"greedy_{run.name}.log")
