@@ -287,3 +287,52 @@ def test_tests_written_beside_the_code_reach_the_coder_only_through_the_report(s
         report = episode.verifier["reports"][0]
         assert "examples: " in report and "tests: " in report and report in episode.turns[2].prompt
         assert episode.verifier["solved"]
+
+
+def test_a_review_names_a_case_by_its_call() -> None:
+    from teamrl.workflows.test_driven import named_call
+
+    call = named_call('revise: cap([1, (2)], "a)") returned 4, expected 5', "cap")
+    assert call is not None and call.args == ([1, 2], "a)")
+    assert named_call("revise: cap(x) is wrong; try cap(3)", "cap").args == (3,)  # the first judgeable one
+    assert named_call("please fix it", "cap") is None and named_call("cap(__import__('os'))", "cap") is None
+
+
+def test_the_reviewer_is_paid_for_right_verdicts_and_for_naming_real_failures(sandbox: Sandbox) -> None:
+    """A revision request naming a call where the reviewed code really differs from the reference scores
+    (verdict right + case real) / 2 = 1; naming a call where it agrees with the reference scores 0.5."""
+    task = _fix_task()
+    cfg = load_config(
+        None,
+        ["workflow.name=test_driven", "workflow.order=[tester, coder, reviewer]", "workflow.max_revisions=1"],
+    )
+    workflow = build_workflow(cfg, sandbox)
+    experts = workflow.experts(random.Random(0))
+    tests, _ = parse_asserts(list(task.hidden_tests), task.func_name)
+    # a hidden input where the buggy solution fails (the reviewed code is buggy) ... and one where it passes
+    from teamrl.tasks.sandbox.calls import judge_sync
+
+    on_buggy = judge_sync(sandbox, task.buggy_solution, task.func_name, tests)
+    failing = next(t for t, ok in zip(tests, on_buggy.passed, strict=True) if not ok)
+    passing = next((t for t, ok in zip(tests, on_buggy.passed, strict=True) if ok), None)
+    for case, real in ((failing, True), (passing, False)):
+        if case is None:
+            continue
+
+        def reviewer(call: RoleCall, case=case) -> str:  # noqa: ANN001
+            text = "" if call.round else f"{case.call.text(task.func_name)} is wrong"
+            verdict = "approve" if call.round else "revise"
+            return render_message(Message(role=call.role, kind="review", content=text, verdict=verdict))
+
+        seats = {
+            "tester": Seat(script=experts["tester"]),
+            "coder": Seat(script=_scripted_coder([task.buggy_solution, task.reference_solution])),
+            "reviewer": Seat(script=reviewer),
+        }
+        episode = asyncio.run(workflow.play(Team(seats), task))
+        first_review = episode.verifier["reviews"][0][0]
+        assert episode.verifier["review_cases"] == {str(first_review): real}
+        # both verdicts are right (revise the buggy version, approve the fixed one)
+        assert workflow.process_scores(episode)["reviewer"] == pytest.approx((1.0 + (1.0 + real) / 2) / 2)
+        turns = workflow.scored_turns(episode)
+        assert turns[first_review].score == pytest.approx((1.0 + real) / 2)

@@ -29,7 +29,16 @@ from teamrl.protocol import Episode, Message, Turn, render_message
 from teamrl.protocol.settings import WorkflowSettings
 from teamrl.rewards.credit import ScoredTurn, process_scores, scored_turns
 from teamrl.tasks.programming import ProgrammingTask
-from teamrl.tasks.sandbox.calls import CallTest, judge_calls, parse_asserts
+from teamrl.tasks.sandbox import Sandbox
+from teamrl.tasks.sandbox.calls import (
+    Call,
+    CallTest,
+    UnjudgeableTest,
+    judge_calls,
+    parse_assert,
+    parse_asserts,
+    run_calls,
+)
 from teamrl.workflows.base import Workflow
 from teamrl.workflows.branching import TurnGroupConfig, TurnGroups, turn_group_metrics
 from teamrl.workflows.pipeline import PipelineState, RoleConfig, split_tests, take_turn, verify
@@ -156,6 +165,56 @@ def examples_as_tests(task: ProgrammingTask) -> list[CallTest]:
     return tests
 
 
+def named_call(text: str, function: str) -> Call | None:
+    """The first call of ``function`` with literal arguments that ``text`` names (a review's failing case,
+    ``revise: f(3) returned 4, expected 5``); None when it names none that can be judged."""
+    start = text.find(f"{function}(")
+    while start != -1:
+        # the shortest span up to a ")" that parses as a call (a ")" inside a string argument does not)
+        for end in (i for i in range(start, min(len(text), start + 400)) if text[i] == ")"):
+            try:
+                return parse_assert(f"assert {text[start : end + 1]} == 0", function).call
+            except UnjudgeableTest:
+                continue
+        start = text.find(f"{function}(", start + 1)
+    return None
+
+
+async def judge_review_cases(
+    episode: Episode, task: ProgrammingTask, state: PipelineState, sandbox: Sandbox
+) -> dict[str, bool]:
+    """For each review that asks for a revision: is the case it names a real failure, i.e. does the code it
+    reviewed return something else there than the reference (which must itself return)? Keyed by the
+    review's turn index (as a string: JSON keys); a review naming no judgeable case maps to False."""
+    out: dict[str, bool] = {}
+    for turn_index, version in state.reviews:
+        message = episode.turns[turn_index].message
+        if message is None or message.verdict != "revise" or version >= len(state.code):
+            continue
+        call = named_call(message.content or "", task.func_name)
+        if call is None:
+            out[str(turn_index)] = False
+            continue
+        (want,), _ = await run_calls(sandbox, task.reference_solution, task.func_name, [call])
+        (got,), _ = await run_calls(sandbox, state.code[version], task.func_name, [call])
+        out[str(turn_index)] = want.error is None and not got.passes(CallTest(call, want.value))
+    return out
+
+
+def review_score(episode: Episode, turn_index: int, version: int) -> float:
+    """A review's score: its verdict right (approve exactly when the reviewed version passes the hidden
+    tests); a request for revision half that and half whether the case it names is a real failure."""
+    code_pass: list[float] = episode.verifier.get("code_pass", [])  # type: ignore[assignment]
+    passes = version < len(code_pass) and code_pass[version] == 1.0
+    message = episode.turns[turn_index].message
+    verdict = message.verdict if message else None
+    right = float(verdict is not None and (verdict == "approve") == passes)
+    cases: dict[str, bool] = episode.verifier.get("review_cases", {})  # type: ignore[assignment]
+    if verdict != "revise" or str(turn_index) not in cases:
+        return right
+    return (right + float(cases[str(turn_index)])) / 2
+
+
 def tester_score(verifier: dict[str, Any]) -> float:
     """See :meth:`TDD.process_scores`."""
     on_reference: list[bool] = verifier.get("tests_on_reference", [])
@@ -275,6 +334,8 @@ class TDD(Workflow[TDDConfig]):
                 break
         if sandbox is not None:
             await verify(episode, task, state, sandbox)
+            if state.reviews:
+                episode.verifier["review_cases"] = await judge_review_cases(episode, task, state, sandbox)
         episode.verifier["reports"] = reports
         if state.tests_turn is not None:
             episode.verifier["tests_turn"] = state.tests_turn
@@ -307,19 +368,31 @@ class TDD(Workflow[TDDConfig]):
         if self.settings.coder_writes_tests and isinstance(t, int) and t < len(episode.turns):
             coder = episode.turns[t].role  # one model's loop: its tests count like its code
             scores[coder] = (scores.get(coder, 0.0) + tester_score(episode.verifier)) / 2
+        reviews: list[list[int]] = episode.verifier.get("reviews", [])  # type: ignore[assignment]
+        by_role: dict[str, list[float]] = {}
+        for turn_index, version in reviews:
+            role = episode.turns[turn_index].role
+            by_role.setdefault(role, []).append(review_score(episode, turn_index, version))
+        scores.update({role: sum(v) / len(v) for role, v in by_role.items()})
         return scores
 
     def scored_turns(self, episode: Episode) -> list[ScoredTurn]:
-        """The pipeline's per-turn scores, the tests turn scored as :meth:`process_scores` scores it."""
+        """The pipeline's per-turn scores, the tests and review turns scored as :meth:`process_scores`
+        scores them."""
         t = episode.verifier.get("tests_turn")
         if not isinstance(t, int) or t >= len(episode.turns):
-            return scored_turns(episode, self.settings.roles)
-        # the tests turn (the coder's own with coder_writes_tests) is scored as tests, by tester_score
-        turns = list(episode.turns)
-        turns[t] = turns[t].model_copy(update={"role": _TESTS})
-        roles = {**self.settings.roles, _TESTS: RoleConfig(kind="tests", sop="")}
-        out = scored_turns(episode.model_copy(update={"turns": turns}), roles)
-        out[t] = ScoredTurn(episode.turns[t].role, out[t].step, tester_score(episode.verifier))
+            out = scored_turns(episode, self.settings.roles)
+        else:  # the tests turn (the coder's own with coder_writes_tests) is scored as tests, by tester_score
+            turns = list(episode.turns)
+            turns[t] = turns[t].model_copy(update={"role": _TESTS})
+            roles = {**self.settings.roles, _TESTS: RoleConfig(kind="tests", sop="")}
+            out = scored_turns(episode.model_copy(update={"turns": turns}), roles)
+            out[t] = ScoredTurn(episode.turns[t].role, out[t].step, tester_score(episode.verifier))
+        reviews: list[list[int]] = episode.verifier.get("reviews", [])  # type: ignore[assignment]
+        for turn_index, version in reviews:
+            out[turn_index] = ScoredTurn(
+                out[turn_index].role, out[turn_index].step, review_score(episode, turn_index, version)
+            )
         return out
 
     def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
