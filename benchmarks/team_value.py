@@ -178,6 +178,8 @@ def format_report(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float
                 f"(solved only with them {c['solved_only_rl']}, "
                 f"only with the SFT turns {c['solved_only_sft_turns']})"
             )
+    tokens = ", ".join(f"{LABELS[a]} {agg[f'{a}.rl_tokens']['mean']:,.0f}" for a in ARMS)
+    lines.append(f"RL rollout tokens (mean over seeds): {tokens}")
     missed = [(s["seed"], a) for s in per_seed for a in CONTROLS if not s[a]["budget_reached"]]
     if missed:
         lines.append(f"warning: {missed}: a control stopped before spending its token budget")
