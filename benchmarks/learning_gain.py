@@ -211,9 +211,10 @@ def _baseline_argv(
     return _train_argv(config, run_dir, seed, sets, defaults, [*fixed, *budget, *same_base])
 
 
-def _greedy_argv(run_dir: Path, n_tasks: int) -> list[str]:
+def _greedy_argv(run_dir: Path, n_tasks: int, per_role: bool = False) -> list[str]:
+    """benchmarks/greedy_eval.py on ``run_dir`` (``--per-role``: also what each role's RL turns change)."""
     script = Path(__file__).resolve().with_name("greedy_eval.py")
-    return [
+    argv = [
         sys.executable,
         str(script),
         str(run_dir),
@@ -222,6 +223,7 @@ def _greedy_argv(run_dir: Path, n_tasks: int) -> list[str]:
         "--json",
         str(run_dir / GREEDY_FILE),
     ]
+    return [*argv, "--per-role"] if per_role else argv
 
 
 GREEDY_FILE = "greedy_eval.json"

@@ -52,20 +52,6 @@ MARGIN = 0.05  # the issue's bar: the team beats the Coder alone by 5 points, gr
 LIFT = 0.10  # ... and RL lifts the team's greedy success by 10 points over SFT
 
 
-def _greedy_argv(run_dir: Path, per_role: bool) -> list[str]:
-    script = REPO / "benchmarks" / "greedy_eval.py"
-    argv = [
-        sys.executable,
-        str(script),
-        str(run_dir),
-        "--n",
-        str(GREEDY_N),
-        "--json",
-        str(run_dir / GREEDY_FILE),
-    ]
-    return [*argv, "--per-role"] if per_role else argv
-
-
 def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job]:
     """The base build, then seed by seed: the team run, its controls (after it), a greedy evaluation of
     each run (after it). Ready jobs start in this order, so an earlier seed finishes whole first and a
@@ -82,7 +68,7 @@ def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job
         for arm in ARMS:
             run = batch_dir / f"{arm}_s{seed}"
             log = run.with_name(f"greedy_{run.name}.log")
-            argv = partial(_greedy_argv, run, arm == "team")
+            argv = partial(lg._greedy_argv, run, GREEDY_N, arm == "team")
             jobs.append(lg.Job(f"greedy_{run.name}", argv, log, (run.name,)))
     return jobs
 

@@ -8,7 +8,7 @@ import asyncio
 import random
 
 import pytest
-from tiny_base import TINY_BASE
+from tiny_base import train_tiny_coder
 
 from teamrl.config import ConfigError, load_config
 from teamrl.engine.team import RoleCall, Seat, Team
@@ -330,23 +330,7 @@ def test_the_experts_demonstrate_and_the_workflow_passes_the_conformance_checks(
 
 
 def test_a_repo_fix_team_trains(tmp_path) -> None:  # noqa: ANN001
-    from teamrl.trainer.trainer import Trainer
 
-    cfg = load_config(
-        None,
-        [
-            *TINY_BASE,
-            "workflow.name=repo_fix",
-            "workflow.max_revisions=1",
-            "recipe.roles=[coder]",
-            "recipe.iterations_per_role=1",
-            f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
-        ],
-    )
-    trainer = Trainer(cfg, tmp_path / "run")
-    try:
-        summary = trainer.fit()
-    finally:
-        trainer.close()
+    summary = train_tiny_coder(tmp_path, "repo_fix")
     last = summary["evals"][-1]
     assert last["label"] == "after_rl" and "eval/plan_right" in last and "eval/reward/coder" in last

@@ -7,7 +7,7 @@ import asyncio
 import random
 
 import pytest
-from tiny_base import TINY_BASE
+from tiny_base import train_tiny_coder
 
 from teamrl.config import ConfigError, load_config
 from teamrl.engine.team import RoleCall, Seat, Team
@@ -17,7 +17,6 @@ from teamrl.tasks.sandbox import Sandbox, SandboxLimits
 from teamrl.tasks.sandbox.calls import CallResult, parse_asserts
 from teamrl.testing import check_workflow
 from teamrl.trainer.build import build_workflow
-from teamrl.trainer.trainer import Trainer
 from teamrl.workflows.test_driven import execution_report
 
 
@@ -91,22 +90,7 @@ def test_the_built_in_passes_the_conformance_checks() -> None:
 
 
 def test_a_test_driven_team_trains(tmp_path) -> None:  # noqa: ANN001
-    cfg = load_config(
-        None,
-        [
-            *TINY_BASE,
-            "workflow.name=test_driven",
-            "workflow.max_revisions=1",
-            "recipe.roles=[coder]",
-            "recipe.iterations_per_role=1",
-            f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
-        ],
-    )
-    trainer = Trainer(cfg, tmp_path / "run")
-    try:
-        summary = trainer.fit()
-    finally:
-        trainer.close()
+    summary = train_tiny_coder(tmp_path, "test_driven")
     last = summary["evals"][-1]
     assert last["label"] == "after_rl" and "eval/reward/tester" in last and "eval/reward/coder" in last
 

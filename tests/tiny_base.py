@@ -16,3 +16,27 @@ TINY_BASE = [
     "algorithm.tasks_per_iteration=2",
     "run.progress=false",
 ]
+
+
+def train_tiny_coder(tmp_path, workflow: str) -> dict:  # noqa: ANN001
+    """Train ``workflow`` on the tiny base, SFT then one RL iteration of its coder (one revision at most);
+    the run's summary."""
+    from teamrl.config import load_config
+    from teamrl.trainer.trainer import Trainer
+
+    cfg = load_config(
+        None,
+        [
+            *TINY_BASE,
+            f"workflow.name={workflow}",
+            "workflow.max_revisions=1",
+            "recipe.roles=[coder]",
+            "recipe.iterations_per_role=1",
+            f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
+        ],
+    )
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()
