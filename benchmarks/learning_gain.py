@@ -425,24 +425,40 @@ def sft_rl_bars(
 
 def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]], path: Path) -> None:
     """Grouped bars of held-out success (SFT, RL) for team and single coder; dots are seeds."""
+    labels = {"team": "team (planner, coder, reviewer, tester)", "single_coder": "coder alone"}
+    panels(per_seed, agg, [r for r, _ in RUNS], labels, has_greedy(per_seed), path, "")
+
+
+def panels(
+    per_seed: list[dict[str, Any]],
+    agg: dict[str, dict[str, float | None]],
+    runs: list[str],
+    labels: dict[str, str],
+    greedy: bool,
+    path: Path,
+    fontsize: str | int,
+) -> None:
+    """A sampled panel (and a greedy one) of :func:`sft_rl_bars` over ``runs`` (keys of ``agg``
+    ``<run>.[greedy_]sft_solved`` / ``rl_solved`` and of each seed), labelled by ``labels``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("sampled (T = 0.7)", "")] + ([("greedy", "greedy_")] if has_greedy(per_seed) else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False, sharey=True)
-    for ax, (name, prefix) in zip(axes[0], panels, strict=True):
+    names = [("sampled (T = 0.7)", "")] + ([("greedy", "greedy_")] if greedy else [])
+    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False, sharey=True)
+    for ax, (name, prefix) in zip(axes[0], names, strict=True):
         groups = [
             (
                 {f: agg[f"{run}.{prefix}{f}"] for f in SFT_RL},
                 {f: [s[run][prefix + f] for s in per_seed] for f in SFT_RL},
             )
-            for run, _ in RUNS
+            for run in runs
         ]
         sft_rl_bars(ax, groups)
-        ax.set_xticks(range(len(RUNS)), ["team (planner, coder, reviewer, tester)", "coder alone"])
-        ax.set_title(f"{name}: mean ± std over {len(per_seed)} seed(s)")
+        ax.set_xticks(range(len(runs)), [labels[r] for r in runs])
+        size = {"fontsize": fontsize} if fontsize else {}  # "": matplotlib's default
+        ax.set_title(f"{name}: mean ± std over {len(per_seed)} seed(s)", **size)
         ax.legend()
     axes[0][0].set_ylabel("held-out success (equal RL tokens)")
     save_figure(fig, path, dpi=120)

@@ -175,27 +175,7 @@ def format_report(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float
 
 
 def plot(per_seed: list[dict[str, Any]], agg: dict[str, dict[str, float | None]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [("sampled (T = 0.7)", "")] + ([("greedy", "greedy_")] if has_greedy(per_seed) else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False, sharey=True)
-    for ax, (name, prefix) in zip(axes[0], panels, strict=True):
-        groups = [
-            (
-                {f: agg[f"{a}.{prefix}{f}"] for f in lg.SFT_RL},
-                {f: [s[a][prefix + f] for s in per_seed] for f in lg.SFT_RL},
-            )
-            for a in ARMS
-        ]
-        lg.sft_rl_bars(ax, groups)
-        ax.set_xticks(range(len(ARMS)), [LABELS[a] for a in ARMS])
-        ax.set_title(f"{name}: mean ± std over {len(per_seed)} seed(s)", fontsize=10)
-        ax.legend()
-    axes[0][0].set_ylabel("held-out success (equal RL tokens)")
-    lg.save_figure(fig, path, dpi=120)
+    lg.panels(per_seed, agg, list(ARMS), LABELS, has_greedy(per_seed), path, 10)
 
 
 def report(per_seed: list[dict[str, Any]], result: dict[str, Any], results_dir: Path) -> None:
