@@ -8,7 +8,7 @@ import torch
 from teamrl.algorithms import grpo_loss
 from teamrl.config import load_config
 from teamrl.protocol import Episode, Turn
-from teamrl.trainer.learner import Learner
+from teamrl.trainer.learner import Learner, micro_batches
 
 VOCAB = 7
 
@@ -91,11 +91,18 @@ def test_only_the_unequal_groups_are_trained_on():
 def test_logged_stats_do_not_depend_on_the_micro_batch_and_policy_loss_is_the_optimised_loss(kl_coef):
     eps = episodes({"t1": [1.0, 0.0, 0.5, 0.2], "t2": [0.3, 0.9, 0.1, 0.4]})
     logged = {}
-    for micro_batch in (8, 1, 2, 3):
-        lrn = learner(f"algorithm.micro_batch={micro_batch}", f"algorithm.kl_coef={kl_coef}")
+    params = {}
+    # micro_batch_tokens: cut by padded size after sorting by length (a turn here is 2-6 positions)
+    settings = {8: [], 1: [], 2: [], 3: [], "t6": ["algorithm.micro_batch_tokens=6"]}
+    settings["t13"] = ["algorithm.micro_batch_tokens=13"]
+    for micro_batch, more in settings.items():
+        mb = 8 if isinstance(micro_batch, str) else micro_batch
+        lrn = learner(f"algorithm.micro_batch={mb}", f"algorithm.kl_coef={kl_coef}", *more)
         logged[micro_batch] = lrn.update(eps, ("coder",), step=0)
+        params[micro_batch] = lrn.policies["default"].model.logits.detach().clone()
     keys = ["policy_loss", "kl", "clip_fraction", "ratio_mean", "entropy_proxy", "grad_norm"]
-    for micro_batch in (1, 2, 3):
+    for micro_batch in (1, 2, 3, "t6", "t13"):
+        assert torch.allclose(params[micro_batch], params[8], rtol=1e-9, atol=1e-12), micro_batch
         for k in keys:
             assert logged[micro_batch][f"train/coder/{k}"] == pytest.approx(
                 logged[8][f"train/coder/{k}"], rel=1e-9, abs=1e-12
@@ -125,3 +132,22 @@ def test_logged_stats_do_not_depend_on_the_micro_batch_and_policy_loss_is_the_op
     assert full.stats["clip_fraction"] > 0  # the case exercises the clip
     assert logged[2]["train/coder/policy_loss"] == pytest.approx(full.stats["policy_loss"], rel=1e-9)
     assert logged[2]["train/coder/kl"] == pytest.approx(full.stats["kl"], rel=1e-9)
+
+
+def test_micro_batches_by_tokens_sort_by_length_and_bound_the_padded_size():
+    # rows are (prompt, completion) lengths; the identity gives each row's shape
+    rows = [(5, 2), (1, 1), (9, 4), (2, 3), (1, 1), (3, 3), (20, 5), (4, 1)]
+    assert micro_batches(rows, 3, 0, lambda r: r) == [rows[0:3], rows[3:6], rows[6:8]]  # off: in order
+    chunks = micro_batches(rows, 3, 16, lambda r: r)
+    assert sorted(r for c in chunks for r in c) == sorted(rows)  # every row exactly once
+    flat = [r for c in chunks for r in c]
+    assert flat == sorted(rows)
+    for c in chunks:
+        assert len(c) <= 3
+        padded = len(c) * (max(p for p, _ in c) + max(t for _, t in c))
+        assert padded <= 16 or len(c) == 1, c  # a row longer than the budget goes alone
+    assert [(20, 5)] in chunks
+    # greedy: a chunk ends only when the next row would not fit
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        grown = [*a, b[0]]
+        assert len(a) == 3 or len(grown) * (max(p for p, _ in grown) + max(t for _, t in grown)) > 16

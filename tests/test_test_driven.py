@@ -85,6 +85,31 @@ def test_a_buggy_first_version_is_reported_revised_and_the_hidden_tests_stay_hid
     assert hidden and not any(h in p for h in hidden for p in prompts)
 
 
+def test_demonstrations_are_played_concurrently_and_do_not_depend_on_the_interleaving(
+    sandbox: Sandbox,
+) -> None:
+    cfg = load_config(None, ["workflow.name=test_driven", "workflow.order=[planner, tester, coder]"])
+    workflow = build_workflow(cfg, sandbox)
+    tasks = ProgrammingTaskSuite(seed=0).sample("train", 12, random.Random(5))
+
+    def turns(episodes) -> list[list[tuple[str, str, str]]]:  # noqa: ANN001
+        return [[(t.role, t.prompt, t.text) for t in e.turns] for e in episodes]
+
+    def demos(order: list[int]) -> list[list[tuple[str, str, str]]]:
+        team = Team({r: Seat(script=s) for r, s in workflow.experts(random.Random(7)).items()})
+        episodes = asyncio.run(workflow.demonstrate(team, [tasks[i] for i in order]))
+        return [turns(episodes)[order.index(i)] for i in range(len(tasks))]
+
+    forward = demos(list(range(12)))
+    assert forward == demos(list(reversed(range(12))))  # a task's demonstration does not depend on the others
+    revised = [d for d in forward if [r for r, _, _ in d].count("coder") > 1]
+    assert revised and len(revised) < len(forward)  # some first versions are buggy, and revised from a report
+    assert all("FAIL" in d[-1][1] for d in revised)  # the revision's prompt holds a real failing report
+    # sequential play (judged) gives the very same turns
+    team = Team({r: Seat(script=s) for r, s in workflow.experts(random.Random(7)).items()})
+    assert turns([asyncio.run(workflow.play(team, t)) for t in tasks]) == forward
+
+
 def test_the_built_in_passes_the_conformance_checks() -> None:
     check_workflow("test_driven")
 

@@ -196,3 +196,29 @@ def test_one_seed_gives_one_initialisation_whatever_the_global_generator(small_c
     third = Trainer(other, tmp_path / "c").fingerprints()
     assert first == second
     assert first != third  # another run.seed, other adapters
+
+
+def test_the_base_s_build_threads_are_in_its_key_unless_one_and_are_restored(tmp_path, monkeypatch):
+    import torch
+
+    from teamrl.trainer import build
+
+    monkeypatch.setattr(
+        build, "demonstrations", lambda cfg, n, seed: {r: [("p: 1", " 2")] * 4 for r in cfg.role_order()}
+    )
+    seen = []
+    monkeypatch.setattr(
+        build, "build_embedded_default", lambda *a, **k: seen.append(torch.get_num_threads()) or tmp_path
+    )
+    base = ["policies.default.embedded.steps=2", f"policies.default.embedded.cache_dir={tmp_path}"]
+
+    def key(*sets: str):
+        cfg = load_config(None, [*base, *sets])
+        return build.embedded_checkpoint_path(cfg, cfg.policies["default"]).name
+
+    # 1 is the default and stays out of the key (bases built before the setting keep theirs); others are in
+    assert key() == key("policies.default.embedded.threads=1") != key("policies.default.embedded.threads=2")
+    before = torch.get_num_threads()
+    cfg = load_config(None, [*base, "policies.default.embedded.threads=2"])
+    build.embedded_checkpoint(cfg, cfg.policies["default"], progress=False)
+    assert seen == [2] and torch.get_num_threads() == before

@@ -41,6 +41,14 @@ class AlgorithmConfig(Strict):
     ppo_epochs: int = Field(2, ge=1, description="passes over each batch of episodes")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (the turns split evenly)")
     micro_batch: int = Field(64, ge=1)
+    micro_batch_tokens: int = Field(
+        0,
+        ge=0,
+        description="0: micro-batches of micro_batch turns in the minibatch's shuffled order; N > 0: the "
+        "minibatch's turns sorted by length and cut into micro-batches of at most micro_batch turns and N "
+        "padded positions (rows x longest row), so short turns are not padded to the longest; the "
+        "gradient is the same sum, computed on fewer positions",
+    )
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(0.7, gt=0, description="sampling temperature of rollouts and evaluations")
     scale: Literal["std", "none"] = Field(

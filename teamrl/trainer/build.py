@@ -224,7 +224,12 @@ def _embedded_corpus(cfg: Config, pcfg: PolicyConfig) -> tuple[list[tuple[str, s
     pairs = demonstrations(cfg, e.demo_episodes, seed=e.seed + 7919)
     examples = [pair for role in cfg.role_order() for pair in pairs[role]]
     key_material = json.dumps(
-        {"embedded": e.model_dump(exclude={"cache_dir"}), "examples": examples}, sort_keys=True
+        # threads: 1 (the default) stays out of the key, so bases built before the setting keep theirs
+        {
+            "embedded": e.model_dump(exclude={"cache_dir"} | ({"threads"} if e.threads == 1 else set())),
+            "examples": examples,
+        },
+        sort_keys=True,
     ).encode()
     key = hashlib.sha256(key_material).hexdigest()[:16]
     return examples, Path(e.cache_dir).expanduser() / f"embedded-{key}"
@@ -251,9 +256,14 @@ def embedded_checkpoint(cfg: Config, pcfg: PolicyConfig, progress: bool) -> Path
     settings = SFTSettings(max_steps=e.steps, batch_size=e.batch_size, lr=e.lr, seed=e.seed, prompt_loss=True)
     if not (out_dir / BUILD_MARKER).exists():
         log.info("building the embedded default in %s (cached for later runs)", out_dir)
-    return build_embedded_default(
-        examples, out_dir, cfg=model_cfg, sft=settings, seed=e.seed, progress=progress
-    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(e.threads)
+    try:
+        return build_embedded_default(
+            examples, out_dir, cfg=model_cfg, sft=settings, seed=e.seed, progress=progress
+        )
+    finally:
+        torch.set_num_threads(threads)
 
 
 def build_policy(cfg: Config, name: str, progress: bool = True) -> HFPolicy | OpenAICompatPolicy:

@@ -9,8 +9,10 @@ code path for the algorithms.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar, cast
 
 import torch
 
@@ -27,6 +29,8 @@ from teamrl.policies.openai_compat import OpenAICompatPolicy
 from teamrl.protocol import Episode, Turn
 from teamrl.rewards.credit import team_reward
 from teamrl.trainer.critic import CentralisedCritic, CriticBatch, TurnKey
+
+_T = TypeVar("_T")
 
 OPTIMIZERS_FILE = "optimizers.pt"
 CRITIC_DIR = "critic"
@@ -189,8 +193,7 @@ class Learner:
         a = self.cfg.algorithm
         total_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
         opt.zero_grad(set_to_none=True)
-        for start in range(0, len(batch), a.micro_batch):
-            chunk = batch[start : start + a.micro_batch]
+        for chunk in micro_batches(batch, a.micro_batch, a.micro_batch_tokens):
             logp, mask = policy.token_logprobs(
                 role,
                 [s.turn.prompt_ids for s in chunk],
@@ -225,18 +228,18 @@ class Learner:
     def _score(self, policy: HFPolicy, adapter: str, items: list[_Sample]) -> list[list[float]]:
         """Log-probs of each turn's completion under ``adapter`` (e.g. the role's frozen SFT snapshot,
         the KL reference), computed by the learner."""
-        mb = self.cfg.algorithm.micro_batch
-        scores: list[list[float]] = []
-        for start in range(0, len(items), mb):
-            chunk = items[start : start + mb]
+        a = self.cfg.algorithm
+        scores: dict[int, list[float]] = {}
+        for chunk in micro_batches(list(enumerate(items)), a.micro_batch, a.micro_batch_tokens, _length_of):
             logp, _ = policy.token_logprobs(
                 adapter,
-                [s.turn.prompt_ids for s in chunk],
-                [s.turn.completion_ids for s in chunk],
-                self.cfg.algorithm.temperature,
+                [s.turn.prompt_ids for _, s in chunk],
+                [s.turn.completion_ids for _, s in chunk],
+                a.temperature,
             )
-            scores += [logp[row, : len(s.turn.completion_ids)].tolist() for row, s in enumerate(chunk)]
-        return scores
+            for row, (i, s) in enumerate(chunk):
+                scores[i] = logp[row, : len(s.turn.completion_ids)].tolist()
+        return [scores[i] for i in range(len(items))]
 
     def _recompute_old_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> float:
         """Replace the generator's behaviour log-probs by the learner's; returns their mean absolute gap
@@ -269,6 +272,41 @@ def learned_turn(episode: Episode, j: int) -> Turn:
     """The learner's turn ``j`` of ``episode``: its turn ``j``, or past them, candidate ``j - len(turns)``."""
     n = len(episode.turns)
     return episode.turns[j] if j < n else episode.candidates[j - n].turn
+
+
+def sample_length(s: _Sample) -> tuple[int, int]:
+    """The padded shape a turn needs: prompt tokens (left-padded) and completion tokens (right-padded)."""
+    return len(s.turn.prompt_ids), len(s.turn.completion_ids)
+
+
+def _length_of(item: tuple[int, _Sample]) -> tuple[int, int]:
+    return sample_length(item[1])
+
+
+def micro_batches(
+    rows: list[_T], size: int, max_tokens: int = 0, length: Callable[[_T], tuple[int, int]] | None = None
+) -> list[list[_T]]:
+    """``rows`` cut into micro-batches of at most ``size``. With ``max_tokens`` > 0 the rows are sorted by
+    their (prompt, completion) length (``length``, default :func:`sample_length`) and a micro-batch also
+    ends before its padded size, rows x (longest prompt + longest completion), would pass ``max_tokens``
+    (a row longer than that alone is a micro-batch of its own)."""
+    if max_tokens <= 0:
+        return [rows[i : i + size] for i in range(0, len(rows), size)]
+    key = length or cast(Callable[[_T], tuple[int, int]], sample_length)
+    out: list[list[_T]] = []
+    chunk: list[_T] = []
+    width = tail = 0
+    for row in sorted(rows, key=key):
+        p, c = key(row)
+        w, t = max(width, p), max(tail, c)
+        if chunk and (len(chunk) == size or (len(chunk) + 1) * (w + t) > max_tokens):
+            out.append(chunk)
+            chunk, w, t = [], p, c
+        chunk.append(row)
+        width, tail = w, t
+    if chunk:
+        out.append(chunk)
+    return out
 
 
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:

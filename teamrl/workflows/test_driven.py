@@ -18,6 +18,7 @@ It is written on the public workflow API only, like the built-ins.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -242,6 +243,11 @@ class TDD(Workflow[TDDConfig]):
     headline = [("success", "eval/solved"), ("pass fraction", "eval/outcome")]
 
     async def play(self, team: Team, task: Any, group: int = 0) -> Episode:
+        return await self._play(team, task, group, judge=True)
+
+    async def _play(self, team: Team, task: Any, group: int, judge: bool) -> Episode:
+        """One episode; ``judge``: run the hidden tests and the rest of the verifier afterwards (the
+        experts' demonstrations need only their turns, whose reports are real either way)."""
         cfg, sandbox = self.settings, self.sandbox
         episode = Episode(task_id=task.task_id, group=group)
         state = PipelineState()
@@ -332,7 +338,7 @@ class TDD(Workflow[TDDConfig]):
                 review = verdict.message.content or "please fix it"
             elif passing:
                 break
-        if sandbox is not None:
+        if sandbox is not None and judge:
             await verify(episode, task, state, sandbox)
             if state.reviews:
                 episode.verifier["review_cases"] = await judge_review_cases(episode, task, state, sandbox)
@@ -344,7 +350,7 @@ class TDD(Workflow[TDDConfig]):
             episode.verifier["tests_on_versions"] = on_versions
             if examples:
                 episode.verifier["examples_on_versions"] = on_examples
-        if sandbox is not None:
+        if sandbox is not None and judge:
             evidence = [[*e, *t] for e, t in zip(on_examples, on_versions, strict=True)] if complete else []
             submit(episode, evidence, cfg.submit, len(examples))
         return episode
@@ -395,10 +401,19 @@ class TDD(Workflow[TDDConfig]):
             )
         return out
 
+    async def demonstrate(self, team: Team, tasks: Sequence[Any]) -> list[Episode]:
+        """The experts' episodes, played concurrently (their sandbox runs overlap; at most the sandbox's
+        ``max_parallel`` at once) and not judged (only their turns are learned from). Deterministic: the
+        experts draw per task (see :meth:`experts`), so the order the episodes interleave in changes
+        nothing, and the base built from them keeps its key."""
+        return list(await asyncio.gather(*(self._play(team, task, 0, judge=False) for task in tasks)))
+
     def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
         """The pipeline's experts, except that the reviewer reads the report: it names the first failing
-        case while one fails, else approves; the coder's first version is buggy 30% of the time and every
-        revision is the reference."""
+        case while one fails, else approves; the coder's first version is buggy 30% of the time (drawn per
+        task from ``rng``'s first draw, so any interleaving of episodes gives the same demonstrations) and
+        every revision is the reference."""
+        salt = rng.getrandbits(64)
 
         def text(call: RoleCall, kind: str, content: str, verdict: str | None = None) -> str:
             return render_message(Message(role=call.role, kind=kind, content=content, verdict=verdict))  # type: ignore[arg-type]
@@ -413,7 +428,7 @@ class TDD(Workflow[TDDConfig]):
             if call.kind == "tests":  # coder_writes_tests: the one model's tests turn
                 return tests(call)
             task = call.context["task"]
-            buggy = call.round == 0 and rng.random() < 0.3
+            buggy = call.round == 0 and random.Random(f"{salt}:{task.task_id}").random() < 0.3
             return text(call, "code", (task.buggy_solution if buggy else task.reference_solution).strip("\n"))
 
         def review(call: RoleCall) -> str:
