@@ -151,3 +151,25 @@ def test_micro_batches_by_tokens_sort_by_length_and_bound_the_padded_size():
     for a, b in zip(chunks, chunks[1:], strict=False):
         grown = [*a, b[0]]
         assert len(a) == 3 or len(grown) * (max(p for p, _ in grown) + max(t for _, t in grown)) > 16
+
+
+def test_turns_with_an_attempt_group_are_ranked_across_the_task_s_episodes():
+    def ep(task: str, g: int, reward: float, revision: float | None) -> Episode:
+        turns = [
+            Turn(role="coder", prompt=f"p{g}", text="", prompt_ids=[1], completion_ids=[2], logprobs=[-1.0])
+        ]
+        out = Episode(task_id=task, group=g, turns=turns, rewards={"coder": reward})
+        if revision is not None:  # a second version, scored by what it changed, in group "revision 1"
+            out.turns.append(turns[0].model_copy(update={"prompt": f"p{g} revise"}))
+            out.attempt_rewards[1], out.attempt_groups[1] = revision, "revision 1"
+        return out
+
+    eps = [ep("t1", 0, 1.0, -1.0), ep("t1", 1, 1.0, 0.0), ep("t1", 2, 0.0, 1.0), ep("t1", 3, 0.0, None)]
+    eps += [ep("t2", 0, 0.5, 1.0)]  # alone in its task's revision group: nothing to rank it against
+    adv = learner().turn_advantages(eps, ("coder",))["coder"]
+    # first versions: the episode's advantage (t1's rewards 1, 1, 0, 0)
+    assert adv[(0, 0)] == adv[(1, 0)] > 0 > adv[(2, 0)] == adv[(3, 0)]
+    # revisions: -1, 0, +1 ranked together across t1's episodes (not each alone at its own prompt)
+    assert adv[(0, 1)] == pytest.approx(-1.0, abs=1e-5) and adv[(1, 1)] == pytest.approx(0.0)
+    assert adv[(2, 1)] == pytest.approx(1.0, abs=1e-5)
+    assert adv[(4, 1)] == 0.0 and (3, 1) not in adv

@@ -345,3 +345,41 @@ def test_the_reviewer_is_paid_for_right_verdicts_and_for_naming_real_failures(sa
         assert workflow.process_scores(episode)["reviewer"] == pytest.approx((1.0 + (1.0 + real) / 2) / 2)
         turns = workflow.scored_turns(episode)
         assert turns[first_review].score == pytest.approx((1.0 + real) / 2)
+
+
+def test_a_revision_is_credited_with_what_it_changed(sandbox: Sandbox) -> None:
+    from teamrl.protocol import Episode
+    from teamrl.workflows.test_driven import credit_revisions
+
+    episode = Episode(task_id="t", verifier={"code_pass": [1.0, 0.25, 0.75]})
+    episode.attempt_rewards[9] = 0.5  # a turn already scored alone keeps its reward
+    credit_revisions(episode, [2, 5, 9])
+    assert episode.attempt_rewards == {5: -0.75, 9: 0.5}  # breaking right code costs; the first version: none
+    assert episode.attempt_groups == {5: "revision 1"}
+    # in a played episode: a right first version, then revisions made to satisfy wrong tests
+    cfg = load_config(None, ["workflow.name=test_driven", "workflow.order=[tester, coder]"])
+    workflow = build_workflow(cfg, sandbox)
+    task = next(
+        t for t in ProgrammingTaskSuite(seed=0).sample("train", 40, random.Random(3)) if t.kind == "fix"
+    )
+    versions = iter([task.reference_solution, task.buggy_solution, task.buggy_solution])
+
+    def coder(call: RoleCall) -> str:
+        return render_message(Message(role=call.role, kind="code", content=next(versions).strip("\n")))
+
+    def tester(call: RoleCall) -> str:  # a wrong test: every version fails it
+        return render_message(
+            Message(role=call.role, kind="tests", content=f"assert {task.func_name}(0) == 'x'")
+        )
+
+    played = asyncio.run(
+        workflow.play(Team({"tester": Seat(script=tester), "coder": Seat(script=coder)}), task)
+    )
+    code_turns = [j for j, t in enumerate(played.turns) if t.role == "coder"]
+    assert played.verifier["code_pass"][0] == 1.0 and played.verifier["solved"]  # the right one is submitted
+    assert played.attempt_rewards[code_turns[1]] < 0 and played.attempt_rewards[code_turns[2]] == 0.0
+    assert played.attempt_groups == {code_turns[1]: "revision 1", code_turns[2]: "revision 2"}
+    versions = iter([task.reference_solution, task.buggy_solution, task.buggy_solution])
+    sets = ["workflow.name=test_driven", "workflow.order=[tester, coder]", "workflow.revision_credit=episode"]
+    team = Team({"tester": Seat(script=tester), "coder": Seat(script=coder)})
+    assert not asyncio.run(build_workflow(load_config(None, sets), sandbox).play(team, task)).attempt_rewards

@@ -78,6 +78,13 @@ class Episode(BaseModel):
         "with its ``candidates``): GRPO ranks them against each other instead of giving each its episode's "
         "advantage",
     )
+    attempt_groups: dict[int, str] = Field(
+        default_factory=dict,
+        description="turn index -> group key, for turns of ``attempt_rewards`` that are not ranked against "
+        "the attempts at their own prompt but against the turns of the same role and key in every episode of "
+        "the task's group (a coder's second version against the other teams' second versions, each scored by "
+        "what it changed)",
+    )
     candidates: list[Candidate] = Field(
         default_factory=list,
         description="turns sampled beside a turn of ``turns`` from the same history that did not continue "

@@ -92,7 +92,8 @@ class Learner:
         scores one by one (``Episode.attempt_rewards``), whose group is the role's attempts at the same
         prompt in that episode, with the episode's candidates at that prompt (``Episode.candidates``, a
         turn-level group's turns that did not continue; keyed after the turns: index ``len(turns) + k``
-        is candidate k, see :func:`learned_turn`)."""
+        is candidate k, see :func:`learned_turn`), or, for a turn with a key in ``Episode.attempt_groups``,
+        the role's turns with that key in every episode of the task."""
         adv = self.advantages(episodes, roles)
         out = {
             role: {
@@ -117,7 +118,12 @@ class Learner:
                         keys.append((i, len(ep.turns) + k))
                         rewards.append(c.reward)
             if keys:
-                groups = [(i, learned_turn(episodes[i], j).prompt) for i, j in keys]
+                groups = [
+                    ("task", episodes[i].task_id, episodes[i].attempt_groups[j])
+                    if j in episodes[i].attempt_groups
+                    else ("episode", str(i), learned_turn(episodes[i], j).prompt)
+                    for i, j in keys
+                ]
                 attempt_adv = group_relative_advantages(
                     torch.tensor(rewards), groups, scale=self.cfg.algorithm.scale
                 )

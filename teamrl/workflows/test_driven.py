@@ -92,6 +92,13 @@ class TDDConfig(WorkflowSettings):
         description="show the team's tests in the coder's prompt (tests before the code); false: they are "
         "written beside the code and reach the coder through the execution report only",
     )
+    revision_credit: Literal["own", "episode"] = Field(
+        "own",
+        description="how the learner credits a code revision: own = by what it changed (its version's "
+        "hidden-test pass fraction minus the previous version's), ranked against the same revision round of "
+        "the task's other episodes; episode = with the episode's advantage, like the role's first version "
+        "(then a revision that breaks right code shares the reward of the right version the team submits)",
+    )
     turn_group: TurnGroupConfig = Field(
         default_factory=TurnGroupConfig,
         description="turn-level groups (AT-GRPO): K candidates of a trained role's turn, scored one by one "
@@ -157,6 +164,19 @@ def submit(episode: Episode, on_versions: Sequence[Sequence[bool]], rule: str, n
     episode.verifier["submitted"] = k
     episode.outcome = code_pass[k]
     episode.verifier["solved"] = code_pass[k] == 1.0
+
+
+def credit_revisions(episode: Episode, code_turns: Sequence[int]) -> None:
+    """Give each code revision (version k >= 1) its own reward, what it changed: its hidden-test pass
+    fraction minus the previous version's, grouped with the k-th versions of the task's other episodes
+    (``Episode.attempt_groups``). A turn already scored alone (a turn-level group's) keeps its reward."""
+    code_pass: list[float] = episode.verifier.get("code_pass", [])  # type: ignore[assignment]
+    for k in range(1, min(len(code_turns), len(code_pass))):
+        turn = code_turns[k]
+        if turn in episode.attempt_rewards:
+            continue
+        episode.attempt_rewards[turn] = code_pass[k] - code_pass[k - 1]
+        episode.attempt_groups[turn] = f"revision {k}"
 
 
 def examples_as_tests(task: ProgrammingTask) -> list[CallTest]:
@@ -353,6 +373,8 @@ class TDD(Workflow[TDDConfig]):
         if sandbox is not None and judge:
             evidence = [[*e, *t] for e, t in zip(on_examples, on_versions, strict=True)] if complete else []
             submit(episode, evidence, cfg.submit, len(examples))
+            if cfg.revision_credit == "own":
+                credit_revisions(episode, state.code_turns)
         return episode
 
     @classmethod
