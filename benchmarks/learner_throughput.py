@@ -10,6 +10,14 @@ the KL term included) and peak GPU memory, and writes JSON.
 
     python benchmarks/learner_throughput.py --config examples/gpu_vllm_team.yaml \\
         --set policies.default.path=MODEL --set policies.default.generation=hf [--updates 3]
+
+``--vary-prompts`` draws each prompt's length between a quarter of ``--prompt-tokens`` and all of it (a
+team's prompts: a first version's brief, a revision's brief + code + report). ``--compare-micro-batch-tokens
+N`` runs every update twice on the same turns, with ``algorithm.micro_batch_tokens`` 0 and N (alternating
+which goes first), and prints the ratio of their times: what cutting micro-batches by length saves.
+
+    python benchmarks/learner_throughput.py --config examples/test_driven.yaml --prompt-tokens 460 \\
+        --completion-tokens 40 --vary-prompts --compare-micro-batch-tokens 8192 --tasks 8 --group 8
 """
 
 from __future__ import annotations
@@ -31,9 +39,14 @@ ROLE = "coder"
 
 
 def synthetic_episodes(policy, vocab: int, args: argparse.Namespace, rng: random.Random) -> list[Episode]:  # noqa: ANN001
-    prompts = [
-        [rng.randrange(3, vocab) for _ in range(args.prompt_tokens)] for _ in range(args.tasks * args.group)
-    ]
+    def length() -> int:
+        return (
+            rng.randint(max(1, args.prompt_tokens // 4), args.prompt_tokens)
+            if args.vary_prompts
+            else args.prompt_tokens
+        )
+
+    prompts = [[rng.randrange(3, vocab) for _ in range(length())] for _ in range(args.tasks * args.group)]
     completions = [[rng.randrange(3, vocab) for _ in range(args.completion_tokens)] for _ in prompts]
     logprobs: list[list[float]] = []
     with torch.no_grad():
@@ -59,6 +72,16 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=160)
     parser.add_argument("--completion-tokens", type=int, default=48)
     parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument(
+        "--vary-prompts", action="store_true", help="prompt lengths from 1/4 to all of --prompt-tokens"
+    )
+    parser.add_argument(
+        "--compare-micro-batch-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="time every update with algorithm.micro_batch_tokens 0 and N on the same turns",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "learner_throughput.json"))
     args = parser.parse_args()
     cfg = load_config(args.config, [*args.set, "run.progress=false"])
@@ -68,7 +91,16 @@ def main() -> None:
     policy.copy_adapter(ROLE, ref_adapter(ROLE))  # the KL reference, as after SFT
     vocab = policy.model.get_input_embeddings().weight.shape[0]
     learner = Learner(cfg, policies)  # type: ignore[arg-type]
+    n = args.compare_micro_batch_tokens
+    if n:  # the same turns through a learner that cuts micro-batches by length
+        cut = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"micro_batch_tokens": n})})
+        plain = cfg.model_copy(
+            update={"algorithm": cfg.algorithm.model_copy(update={"micro_batch_tokens": 0})}
+        )
+        learner = Learner(plain, policies)  # type: ignore[arg-type]
+        by_length = Learner(cut, policies)  # type: ignore[arg-type]
     rng = random.Random(0)
+    compared: dict[int, list[float]] = {0: [], n: []}
     cuda = torch.cuda.is_available() and policy.model.device.type == "cuda"
     rows = []
     for update in range(args.updates + 1):  # the first update warms up kernels and allocators
@@ -76,6 +108,12 @@ def main() -> None:
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        if n:
+            order = [(0, learner), (n, by_length)]
+            for tokens, lrn in order if update % 2 else order[::-1]:
+                start = time.perf_counter()
+                lrn.update(episodes, (ROLE,), step=update)
+                compared[tokens].append(time.perf_counter() - start)
         start = time.perf_counter()
         stats = learner.update(episodes, (ROLE,), step=update)
         if cuda:
@@ -101,6 +139,14 @@ def main() -> None:
         "updates": rows,
     }
     print(f"learner: {result['tokens_per_s']:.0f} tokens/s (prompt + completion, forward + backward)")
+    if n:
+        plain_s, cut_s = sum(compared[0][1:] or compared[0]), sum(compared[n][1:] or compared[n])
+        result["micro_batch_tokens"] = {"n": n, "seconds_plain": plain_s, "seconds_by_length": cut_s}
+        result["micro_batch_tokens"]["speedup"] = plain_s / cut_s
+        print(
+            f"micro_batch_tokens={n}: the update takes {cut_s / plain_s:.2f} of the time "
+            f"({plain_s / cut_s:.2f}x)"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
