@@ -93,12 +93,12 @@ def main() -> None:
     learner = Learner(cfg, policies)  # type: ignore[arg-type]
     n = args.compare_micro_batch_tokens
     if n:  # the same turns through a learner that cuts micro-batches by length
-        cut = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"micro_batch_tokens": n})})
-        plain = cfg.model_copy(
-            update={"algorithm": cfg.algorithm.model_copy(update={"micro_batch_tokens": 0})}
-        )
-        learner = Learner(plain, policies)  # type: ignore[arg-type]
-        by_length = Learner(cut, policies)  # type: ignore[arg-type]
+
+        def cutting(tokens: int) -> Learner:
+            algorithm = cfg.algorithm.model_copy(update={"micro_batch_tokens": tokens})
+            return Learner(cfg.model_copy(update={"algorithm": algorithm}), policies)  # type: ignore[arg-type]
+
+        learner, by_length = cutting(0), cutting(n)
     rng = random.Random(0)
     compared: dict[int, list[float]] = {0: [], n: []}
     cuda = torch.cuda.is_available() and policy.model.device.type == "cuda"

@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import torch
 
@@ -199,7 +199,7 @@ class Learner:
         a = self.cfg.algorithm
         total_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
         opt.zero_grad(set_to_none=True)
-        for chunk in micro_batches(batch, a.micro_batch, a.micro_batch_tokens):
+        for chunk in micro_batches(batch, a.micro_batch, a.micro_batch_tokens, sample_length):
             logp, mask = policy.token_logprobs(
                 role,
                 [s.turn.prompt_ids for s in chunk],
@@ -290,20 +290,19 @@ def _length_of(item: tuple[int, _Sample]) -> tuple[int, int]:
 
 
 def micro_batches(
-    rows: list[_T], size: int, max_tokens: int = 0, length: Callable[[_T], tuple[int, int]] | None = None
+    rows: list[_T], size: int, max_tokens: int, length: Callable[[_T], tuple[int, int]]
 ) -> list[list[_T]]:
     """``rows`` cut into micro-batches of at most ``size``. With ``max_tokens`` > 0 the rows are sorted by
-    their (prompt, completion) length (``length``, default :func:`sample_length`) and a micro-batch also
-    ends before its padded size, rows x (longest prompt + longest completion), would pass ``max_tokens``
-    (a row longer than that alone is a micro-batch of its own)."""
+    their (prompt, completion) ``length`` and a micro-batch also ends before its padded size, rows x
+    (longest prompt + longest completion), would pass ``max_tokens`` (a row longer than that alone is a
+    micro-batch of its own)."""
     if max_tokens <= 0:
         return [rows[i : i + size] for i in range(0, len(rows), size)]
-    key = length or cast(Callable[[_T], tuple[int, int]], sample_length)
     out: list[list[_T]] = []
     chunk: list[_T] = []
     width = tail = 0
-    for row in sorted(rows, key=key):
-        p, c = key(row)
+    for row in sorted(rows, key=length):
+        p, c = length(row)
         w, t = max(width, p), max(tail, c)
         if chunk and (len(chunk) == size or (len(chunk) + 1) * (w + t) > max_tokens):
             out.append(chunk)
