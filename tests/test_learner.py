@@ -173,3 +173,21 @@ def test_turns_with_an_attempt_group_are_ranked_across_the_task_s_episodes():
     assert adv[(0, 1)] == pytest.approx(-1.0, abs=1e-5) and adv[(1, 1)] == pytest.approx(0.0)
     assert adv[(2, 1)] == pytest.approx(1.0, abs=1e-5)
     assert adv[(4, 1)] == 0.0 and (3, 1) not in adv
+
+
+def test_revisions_not_learned_get_no_advantage():
+    """test_driven's revision_credit: none: the revisions get 0 in one group, so the learner gives them no
+    advantage, while the first versions (first_version_credit: own) are ranked by their own pass fraction."""
+    from teamrl.workflows.test_driven import credit_revisions
+
+    eps = []
+    for g, code_pass in enumerate([[0.0, 1.0], [1.0], [0.5, 0.0, 0.5]]):
+        turn = Turn(role="coder", prompt="p", text="", prompt_ids=[1], completion_ids=[2], logprobs=[-1.0])
+        ep = Episode(task_id="t", group=g, verifier={"code_pass": code_pass}, rewards={"coder": float(g)})
+        ep.turns = [turn.model_copy(update={"prompt": f"p{g}.{k}"}) for k in range(len(code_pass))]
+        credit_revisions(ep, list(range(len(code_pass))), first=True, learned=False)
+        eps.append(ep)
+    assert eps[2].attempt_rewards == {0: 0.5, 1: 0.0, 2: 0.0}
+    adv = learner().turn_advantages(eps, ("coder",))["coder"]
+    assert adv[(0, 1)] == adv[(2, 1)] == adv[(2, 2)] == 0.0  # revisions: nothing to learn
+    assert adv[(1, 0)] > adv[(2, 0)] > adv[(0, 0)]  # first versions by their own pass fraction, not rewards

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 from tiny_base import train_tiny_coder
@@ -357,8 +358,9 @@ def test_a_revision_is_credited_with_what_it_changed(sandbox: Sandbox) -> None:
     assert episode.attempt_rewards == {5: -0.75, 9: 0.5}  # breaking right code costs; the first version: none
     assert episode.attempt_groups == {5: "revision 1"}
     # in a played episode: a right first version, then revisions made to satisfy wrong tests
-    cfg = load_config(None, ["workflow.name=test_driven", "workflow.order=[tester, coder]"])
-    workflow = build_workflow(cfg, sandbox)
+    base = ["workflow.name=test_driven", "workflow.order=[tester, coder]", "workflow.revise_until=report"]
+    base.append("workflow.first_version_credit=episode")  # the revisions alone here
+    workflow = build_workflow(load_config(None, base), sandbox)
     task = next(
         t for t in ProgrammingTaskSuite(seed=0).sample("train", 40, random.Random(3)) if t.kind == "fix"
     )
@@ -380,6 +382,91 @@ def test_a_revision_is_credited_with_what_it_changed(sandbox: Sandbox) -> None:
     assert played.attempt_rewards[code_turns[1]] < 0 and played.attempt_rewards[code_turns[2]] == 0.0
     assert played.attempt_groups == {code_turns[1]: "revision 1", code_turns[2]: "revision 2"}
     versions = iter([task.reference_solution, task.buggy_solution, task.buggy_solution])
-    sets = ["workflow.name=test_driven", "workflow.order=[tester, coder]", "workflow.revision_credit=episode"]
+    sets = [*base, "workflow.revision_credit=episode"]
     team = Team({"tester": Seat(script=tester), "coder": Seat(script=coder)})
     assert not asyncio.run(build_workflow(load_config(None, sets), sandbox).play(team, task)).attempt_rewards
+    versions = iter([task.reference_solution, task.buggy_solution, task.buggy_solution])
+    sets[-1] = "workflow.revision_credit=none"  # revisions not learned from: 0 each, in one group
+    unlearned = asyncio.run(build_workflow(load_config(None, sets), sandbox).play(team, task))
+    assert unlearned.attempt_rewards == {code_turns[1]: 0.0, code_turns[2]: 0.0}
+
+
+def test_a_first_version_credited_on_its_own_is_not_paid_for_the_fix_after_it(sandbox: Sandbox) -> None:
+    """first_version_credit: own closes the sandbagging hole: a wrong first version that a revision fixes
+    is paid its own pass fraction, not the fixed submission's outcome; a right one is paid 1."""
+    from teamrl.protocol import Episode
+    from teamrl.workflows.test_driven import credit_revisions
+
+    episode = Episode(task_id="t", verifier={"code_pass": [0.25, 1.0]})
+    credit_revisions(episode, [2, 5], first=True)
+    assert episode.attempt_rewards == {2: 0.25, 5: 0.75}
+    assert episode.attempt_groups == {2: "version 0", 5: "revision 1"}
+    task = next(
+        t for t in ProgrammingTaskSuite(seed=0).sample("train", 40, random.Random(3)) if t.kind == "fix"
+    )
+
+    def play(first: str, credit: str, revisions: str = "own") -> Any:
+        versions = iter([first, task.reference_solution, task.reference_solution])
+
+        def coder(call: RoleCall) -> str:
+            return render_message(Message(role=call.role, kind="code", content=next(versions).strip("\n")))
+
+        sets = [
+            "workflow.name=test_driven",
+            "workflow.order=[coder]",
+            f"workflow.first_version_credit={credit}",
+            f"workflow.revision_credit={revisions}",
+        ]
+        workflow = build_workflow(load_config(None, sets), sandbox)
+        return asyncio.run(workflow.play(Team({"coder": Seat(script=coder)}), task))
+
+    sandbagged, right = play(task.buggy_solution, "own"), play(task.reference_solution, "own")
+    assert sandbagged.verifier["solved"] and right.verifier["solved"]  # the same outcome for the team
+    first = [j for j, t in enumerate(sandbagged.turns) if t.role == "coder"][0]
+    assert sandbagged.attempt_rewards[first] < right.attempt_rewards[first] == 1.0
+    assert sandbagged.attempt_rewards[first] == sandbagged.verifier["code_pass"][0]
+    # also with revisions on the episode's advantage; and not at all with first_version_credit: episode
+    assert play(task.buggy_solution, "own", "episode").attempt_rewards == {
+        first: sandbagged.attempt_rewards[first]
+    }
+    assert first not in play(task.buggy_solution, "episode").attempt_rewards
+
+
+def test_revise_until_examples_stops_once_the_brief_examples_pass(sandbox: Sandbox) -> None:
+    """With revise_until: examples a version that passes the brief's examples is not revised to satisfy
+    the team's own (here wrong) tests, which still run and are shown; one that fails an example is."""
+    task = next(
+        t
+        for t in ProgrammingTaskSuite(seed=0).sample("train", 40, random.Random(3))
+        if t.kind == "fix" and t.examples
+    )
+
+    def tester(call: RoleCall) -> str:  # a wrong test: every version fails it
+        return render_message(
+            Message(role=call.role, kind="tests", content=f"assert {task.func_name}(0) == 'x'")
+        )
+
+    def play(first: str, until: str) -> Any:
+        versions = iter([first, task.reference_solution, task.reference_solution])
+
+        def coder(call: RoleCall) -> str:
+            return render_message(Message(role=call.role, kind="code", content=next(versions).strip("\n")))
+
+        sets = [
+            "workflow.name=test_driven",
+            "workflow.order=[tester, coder]",
+            f"workflow.revise_until={until}",
+        ]
+        workflow = build_workflow(load_config(None, sets), sandbox)
+        return asyncio.run(
+            workflow.play(Team({"tester": Seat(script=tester), "coder": Seat(script=coder)}), task)
+        )
+
+    right = play(task.reference_solution, "examples")
+    assert len(right.verifier["code_pass"]) == 1 and right.verifier["solved"]
+    assert right.verifier["tests_on_versions"] == [[False]]  # the team's test ran and failed
+    assert "FAIL" in right.verifier["reports"][0]
+    assert len(play(task.reference_solution, "report").verifier["code_pass"]) == 3
+    # a version failing an example is revised (a syntax error fails them all)
+    broken = play("def nothing(:", "examples")
+    assert len(broken.verifier["code_pass"]) == 2 and broken.verifier["solved"]

@@ -106,7 +106,9 @@ def test_no_candidates_when_the_role_is_not_trained_or_not_named(task, sandbox) 
         assert len(prompts) == 1 and not [c for c in episode.candidates if c.turn.role == "coder"]
         tester = [c for c in episode.candidates if c.turn.role == "tester"]
         assert len(tester) == (2 if trained == {"tester"} else 0)  # a trained tester branches (size 3)
-        assert (episode.attempt_rewards == {}) == (trained != {"tester"})
+        # turn-level rewards only for the branched tester (credit_revisions' have a group key)
+        turn_level = {j for j in episode.attempt_rewards if j not in episode.attempt_groups}
+        assert (turn_level == set()) == (trained != {"tester"})
 
 
 def test_candidates_leave_the_conversation_its_verifier_indices_and_process_scores_unchanged(
@@ -239,7 +241,9 @@ def test_rl_rollouts_branch_the_trained_role_and_evaluation_never_does(tmp_path)
         assert {c.turn.role for c in e.candidates} == {"coder"}
     for name in ("eval_after_sft.jsonl", "eval_after_rl.jsonl"):
         evals = [json.loads(line) for line in (run / "episodes" / name).open()]
-        assert evals and all(e["candidates"] == [] and e["attempt_rewards"] == {} for e in evals)
+        assert evals and all(e["candidates"] == [] for e in evals)
+        # no turn-level reward (each attempt reward is a code version's, in a group of the task's episodes)
+        assert all(set(e["attempt_rewards"]) == set(e["attempt_groups"]) for e in evals)
     [row] = [json.loads(line) for line in (run / "metrics.jsonl").open() if '"rollout/solved"' in line]
     # rl tokens, counted by the engine, are the episodes' generated tokens, the candidates' included
     n = cfg.algorithm.tasks_per_iteration * cfg.algorithm.group_size

@@ -5,9 +5,14 @@ version (``coder_sees_tests: true``: before it, in the Coder's prompt); the sand
 examples (``run_examples``) and the Tester's tests on every code version, and an execution report (how many
 pass; each failing call with expected vs actual, or the exception) goes to the Reviewer, if there is one,
 and back to the Coder. The Reviewer approves or names a failing case; without one the Coder revises while
-anything in the report fails; at most ``max_revisions`` revisions. The team submits the version that
+anything in the report fails (``revise_until: examples``: while one of the brief's examples fails); at most
+``max_revisions`` revisions. The team submits the version that
 passed most of what it ran, the examples counting first (``submit: best``). Hidden tests stay hidden: they
 never run in a report, and only judge the versions afterwards (``teamrl.workflows.pipeline.verify``).
+
+Credit: every code version by what it did (``first_version_credit``, ``revision_credit``): the first by its
+own hidden-test pass fraction, each revision by what it changed, ranked against the same version of the
+task's other episodes (``Episode.attempt_groups``).
 
 Controls on the same prompts: ``order: [coder]`` with ``max_revisions: 0`` is the Coder alone;
 ``coder_writes_tests: true`` is one model doing the whole loop. Per-role scores are the pipeline's
@@ -74,6 +79,13 @@ class TDDConfig(WorkflowSettings):
         "report ran (the brief's examples first, then the team's tests; the latest of equals), last = the "
         "last one written",
     )
+    revise_until: Literal["report", "examples"] = Field(
+        "examples",
+        description="without a reviewer, when the coder stops revising: report = once everything in the "
+        "execution report passes (the brief's examples and the team's tests); examples = once the brief's "
+        "examples pass (the team's tests are still run and shown, and decide between versions; they may be "
+        "wrong, the examples are the spec); without examples to run, as report",
+    )
     coder_writes_tests: bool = Field(
         False,
         description="one model does the whole loop: the code role also writes the tests (with the tests SOP "
@@ -92,12 +104,20 @@ class TDDConfig(WorkflowSettings):
         description="show the team's tests in the coder's prompt (tests before the code); false: they are "
         "written beside the code and reach the coder through the execution report only",
     )
-    revision_credit: Literal["own", "episode"] = Field(
+    revision_credit: Literal["own", "episode", "none"] = Field(
         "own",
         description="how the learner credits a code revision: own = by what it changed (its version's "
         "hidden-test pass fraction minus the previous version's), ranked against the same revision round of "
         "the task's other episodes; episode = with the episode's advantage, like the role's first version "
-        "(then a revision that breaks right code shares the reward of the right version the team submits)",
+        "(then a revision that breaks right code shares the reward of the right version the team submits); "
+        "none = revisions are not learned from in RL (they keep what SFT taught them)",
+    )
+    first_version_credit: Literal["own", "episode"] = Field(
+        "own",
+        description="how the learner credits the code role's first version: own = by its own hidden-test "
+        "pass fraction, ranked against the first versions of the task's other episodes (what the version "
+        "did, whatever the revisions after it did: a wrong first version that a revision fixes is not "
+        "paid like a right one); episode = with the episode's advantage (the submitted version's outcome)",
     )
     turn_group: TurnGroupConfig = Field(
         default_factory=TurnGroupConfig,
@@ -166,17 +186,24 @@ def submit(episode: Episode, on_versions: Sequence[Sequence[bool]], rule: str, n
     episode.verifier["solved"] = code_pass[k] == 1.0
 
 
-def credit_revisions(episode: Episode, code_turns: Sequence[int]) -> None:
+def credit_revisions(
+    episode: Episode, code_turns: Sequence[int], first: bool = False, learned: bool = True
+) -> None:
     """Give each code revision (version k >= 1) its own reward, what it changed: its hidden-test pass
     fraction minus the previous version's, grouped with the k-th versions of the task's other episodes
-    (``Episode.attempt_groups``). A turn already scored alone (a turn-level group's) keeps its reward."""
+    (``Episode.attempt_groups``); with ``first`` the first version too, by its own pass fraction (what it
+    changed from nothing). Not ``learned``: the revisions get 0 in a group of their own, so no advantage
+    (they are not learned from). A turn already scored alone (a turn-level group's) keeps its reward."""
     code_pass: list[float] = episode.verifier.get("code_pass", [])  # type: ignore[assignment]
+    if first and code_turns and code_pass and code_turns[0] not in episode.attempt_rewards:
+        episode.attempt_rewards[code_turns[0]] = code_pass[0]
+        episode.attempt_groups[code_turns[0]] = "version 0"
     for k in range(1, min(len(code_turns), len(code_pass))):
         turn = code_turns[k]
         if turn in episode.attempt_rewards:
             continue
-        episode.attempt_rewards[turn] = code_pass[k] - code_pass[k - 1]
-        episode.attempt_groups[turn] = f"revision {k}"
+        episode.attempt_rewards[turn] = code_pass[k] - code_pass[k - 1] if learned else 0.0
+        episode.attempt_groups[turn] = f"revision {k}" if learned else "revision (not learned)"
 
 
 def examples_as_tests(task: ProgrammingTask) -> list[CallTest]:
@@ -292,7 +319,8 @@ class TDD(Workflow[TDDConfig]):
         examples = examples_as_tests(task) if cfg.run_examples else []
 
         async def report(code: str) -> tuple[str, bool]:
-            """The execution report of ``code`` and whether everything in it passed."""
+            """The execution report of ``code`` and whether the coder is done: everything in it passed (the
+            brief's examples only, with ``revise_until: examples`` and examples to run)."""
             if sandbox is None:
                 return NOT_RUN, True
             if not parsed and not examples:
@@ -311,7 +339,8 @@ class TDD(Workflow[TDDConfig]):
                 if tests:
                     text = execution_report(tests, results, task.func_name, cfg.report_failures)
                     parts.append(f"{label}: {text}" if examples else text)
-            return "\n".join(parts), all(passed)
+            done = passed[: len(examples)] if cfg.revise_until == "examples" and examples else passed
+            return "\n".join(parts), all(done)
 
         shown: list[tuple[str, str]] = []
         reports: list[str] = []  # one per code version
@@ -373,8 +402,11 @@ class TDD(Workflow[TDDConfig]):
         if sandbox is not None and judge:
             evidence = [[*e, *t] for e, t in zip(on_examples, on_versions, strict=True)] if complete else []
             submit(episode, evidence, cfg.submit, len(examples))
-            if cfg.revision_credit == "own":
-                credit_revisions(episode, state.code_turns)
+            if cfg.revision_credit != "episode":
+                first = cfg.first_version_credit == "own"
+                credit_revisions(episode, state.code_turns, first, learned=cfg.revision_credit == "own")
+            elif cfg.first_version_credit == "own":
+                credit_revisions(episode, state.code_turns[:1], first=True)
         return episode
 
     @classmethod
