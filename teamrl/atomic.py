@@ -68,6 +68,34 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``), else by
+    setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def temp_file_beside(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
+    """A new temp file in ``path``'s directory, open (fd, name), with the mode a plain ``open`` would give
+    it (0666 less the umask), not ``mkstemp``'s 0600: renamed over ``path``, it must stay readable by whoever
+    reads the run (a shared TensorBoard, a teammate)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+    except BaseException:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return fd, tmp
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) atomically: see :func:`atomic_write_bytes`."""
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -79,7 +107,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     A full disk raises :class:`DiskFull` naming ``path``."""
     with reporting_full_disk(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = temp_file_beside(path)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)

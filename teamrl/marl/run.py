@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from teamrl.atomic import JsonlLog, atomic_write_text
+from teamrl.atomic import JsonlLog, atomic_write_text, temp_file_beside
 
 RETURN_DEFINITION = (
     "return/mean: undiscounted episode return summed over all agents, averaged over the episodes that "
@@ -84,7 +83,7 @@ class RunContext:
         import torch
 
         path = self.run_dir / name
-        fd, tmp = tempfile.mkstemp(dir=self.run_dir, prefix=f".{name}.", suffix=".tmp")
+        fd, tmp = temp_file_beside(path)
         os.close(fd)
         try:
             torch.save(obj, tmp)
@@ -149,7 +148,7 @@ def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mea
     ax.set_ylabel(key + " (summed over agents)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    fd, tmp = temp_file_beside(path, ".png")
     os.close(fd)
     fig.savefig(tmp, dpi=100)
     plt.close(fig)

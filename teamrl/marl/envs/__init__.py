@@ -51,6 +51,19 @@ def list_envs() -> list[str]:
     return [*SCENARIOS, *(f"mpe2:{m}" for m in _mpe2_modules()), *TURN_BASED_GAMES]
 
 
+def simple_spread_slots(env: VecMultiAgentEnv, kwargs: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The landmark slots (start, count, width) of mpe2 simple_spread's observation, derived from its
+    arguments: velocity and position (4 values), then one relative position per landmark it sees (all N, or
+    ``num_landmark_neighbors``, zero-padded), then the other agents' positions and messages. None (so an
+    entity actor refuses the env with a clear error) when the observation does not have that layout."""
+    n = int(kwargs.get("N", 3))
+    landmarks = kwargs.get("num_landmark_neighbors") or n
+    others = kwargs.get("num_agent_neighbors") or n - 1
+    width = 4 + 2 * int(landmarks) + (2 + 2) * int(others)  # other agents: position and a 2-d message
+    shapes = {env.observation_spaces[a].shape for a in env.agents}
+    return (4, int(landmarks), 2) if shapes == {(width,)} else None
+
+
 def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: Any) -> VecMultiAgentEnv:
     """``num_envs`` copies of the env ``name`` (see :func:`list_envs`); ``seed`` fixes the first reset."""
     if name in SCENARIOS:
@@ -58,9 +71,10 @@ def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: An
     if name.startswith("mpe2:") and name[len("mpe2:") :] in _mpe2_modules():
         module = importlib.import_module(f"mpe2.{name[len('mpe2:') :]}")
         env = PettingZooVecEnv(lambda: module.parallel_env(**kwargs), num_envs, seed=seed)
-        if name == "mpe2:simple_spread_v3":  # observations laid out as SimpleSpread's: landmarks at 4..
-            # an attribute only some envs have (ppo reads it with getattr)
-            env.entity_slots = {a: (4, len(env.agents), 2) for a in env.agents}  # type: ignore[attr-defined]
+        if name == "mpe2:simple_spread_v3":
+            slots = simple_spread_slots(env, kwargs)
+            if slots is not None:  # an attribute only some envs have (ppo reads it with getattr)
+                env.entity_slots = {a: slots for a in env.agents}  # type: ignore[attr-defined]
         return env
     if name in TURN_BASED_GAMES:
         module = importlib.import_module(TURN_BASED_GAMES[name])
