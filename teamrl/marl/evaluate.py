@@ -13,26 +13,37 @@ Actor = Callable[[VecStep], dict[str, np.ndarray]]
 
 
 def evaluate(actor: Actor, env: VecMultiAgentEnv, episodes: int, seed: int = 12345) -> dict[str, float]:
-    """Play until ``episodes`` episodes have ended; returns mean/std of the return summed over agents,
-    the per-agent means and the mean episode length. Copies keep playing past the quota, but only the
-    first ``episodes`` finished episodes are counted."""
+    """Play ``episodes`` episodes; returns mean/std of the return summed over agents, the per-agent means
+    and the mean episode length.
+
+    Unbiased for envs whose episodes vary in length: the counted episodes are fixed before play, the
+    first ``episodes // B`` of every copy (one more for the first ``episodes % B`` copies), not the first
+    ``episodes`` to finish across copies, which would over-count short episodes. Copies that have played
+    their share keep stepping (the env steps all copies at once) but are not counted."""
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes}: evaluate at least one episode")
+    B = env.num_envs
+    quota = np.full(B, episodes // B, dtype=np.int64)
+    quota[: episodes % B] += 1
+    counted = np.zeros(B, dtype=np.int64)
     step = env.reset(seed=seed)
-    running = {a: np.zeros(env.num_envs) for a in env.agents}
-    length = np.zeros(env.num_envs, dtype=np.int64)
+    running = {a: np.zeros(B) for a in env.agents}
+    length = np.zeros(B, dtype=np.int64)
     totals: list[float] = []
     per_agent: dict[str, list[float]] = {a: [] for a in env.agents}
     lengths: list[int] = []
-    while len(totals) < episodes:
+    while (counted < quota).any():
         step = env.step(actor(step))
         length += 1
         for a in env.agents:
             running[a] += step.rewards[a]
         for i in np.flatnonzero(step.done):
-            if len(totals) < episodes:
+            if counted[i] < quota[i]:
                 totals.append(float(sum(running[a][i] for a in env.agents)))
                 for a in env.agents:
                     per_agent[a].append(float(running[a][i]))
                 lengths.append(int(length[i]))
+                counted[i] += 1
             for a in env.agents:
                 running[a][i] = 0.0
             length[i] = 0
