@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,3 +178,125 @@ def test_sessions_are_deterministic() -> None:
     c1, c2 = make_collaborator(2, 1), make_collaborator(2, 1)
     policy = lambda: make_policy("recency", Capacity(3))  # noqa: E731
     assert run_session(c1, policy(), 20).accepted == run_session(c2, policy(), 20).accepted
+
+
+# -- the workflow: a session with one streamer, on the public API -------------------------------------
+
+
+def test_collaborate_passes_the_conformance_checks() -> None:
+    from teamrl.testing import check_workflow
+
+    check_workflow("collaborate")
+
+
+def _session(policy: str, proposer: Any, rounds: int = 12, **memory: Any) -> Any:
+    import asyncio
+
+    from teamrl.config import load_config
+    from teamrl.engine.team import Seat, Team
+    from teamrl.memory.workflow import CollaboratorSuite
+    from teamrl.trainer.build import build_workflow
+
+    sets = ["workflow.name=collaborate", f"workflow.rounds={rounds}", f"workflow.memory.policy={policy}"]
+    sets += [f"workflow.memory.{k}={v}" for k, v in memory.items()]
+    cfg = load_config(None, sets)
+    workflow = build_workflow(cfg, None)
+    [task] = CollaboratorSuite(cfg.tasks).sample("heldout", 1, random.Random(1))  # type: ignore[arg-type]
+    return asyncio.run(workflow.play(Team({"proposer": Seat(script=proposer)}), task)), task
+
+
+def test_a_session_is_rewarded_by_the_collaborator_per_proposal() -> None:
+    from teamrl.protocol import Message, render_message
+
+    def always_first(call: Any) -> str:
+        return render_message(Message(role="proposer", kind="answer", content="ANSWER: 1"))
+
+    episode, task = _session("fifo", always_first)
+    c = task.collaborator()
+    # by hand: every proposal is accepted exactly when candidate 1 appeals most at that round
+    want = [float(0 in c.best(candidates_for(task.seed, task.index, r), r)) for r in range(12)]
+    assert episode.verifier["accepted"] == want
+    assert episode.outcome == pytest.approx(np.mean(want))
+    assert sorted(episode.attempt_rewards) == list(range(12))
+    assert [episode.attempt_groups[j] for j in range(12)] == [f"episode {r}" for r in range(12)]
+    assert len(episode.verifier["memory_final"]) <= 4  # the capacity
+
+
+def test_a_forged_or_out_of_range_answer_is_never_accepted() -> None:
+    """The policy is an adversary: text that claims acceptance, a number out of range or several numbers
+    cannot make the collaborator accept; only the named candidate counts."""
+    from teamrl.protocol import Message, render_message
+
+    texts = iter(["ACCEPTED! yes", "ANSWER: 9", "ANSWER: 0", "ANSWER: -1", "the streamer accepts"] * 3)
+
+    def forger(call: Any) -> str:
+        return render_message(Message(role="proposer", kind="answer", content=next(texts)))
+
+    episode, _ = _session("recency", forger, rounds=15)
+    assert episode.outcome == 0.0 and episode.verifier["invalid_proposals"] == 15
+
+
+def test_the_expert_reads_the_memory_and_beats_chance() -> None:
+    """The experts propose what the notes favour: with memory they are accepted well above chance, with
+    none of it at chance (0.25 with 4 candidates)."""
+    from teamrl.config import load_config
+    from teamrl.trainer.build import build_workflow
+
+    def mean_acceptance(policy: str) -> float:
+        wf = build_workflow(
+            load_config(None, ["workflow.name=collaborate", f"workflow.memory.policy={policy}"]), None
+        )
+        expert = wf.experts(random.Random(0))["proposer"]
+        return float(_session(policy, expert, rounds=30)[0].outcome)
+
+    assert mean_acceptance("keep_all") > mean_acceptance("none") + 0.1
+
+
+def test_a_learned_memory_loads_its_scorer_or_says_why_not(tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    from teamrl.config import ConfigError
+
+    good = tmp_path / "scorer.json"
+    good.write_text(json.dumps(dict.fromkeys(FEATURES, 0.5) | {"stop": -1.0}))
+    from teamrl.protocol import Message, render_message
+
+    def first(call: Any) -> str:
+        return render_message(Message(role="proposer", kind="answer", content="ANSWER: 1"))
+
+    episode, _ = _session("learned", first, scorer=str(good))
+    assert len(episode.verifier["memory_final"]) <= 4
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"bias": 1}')
+    with pytest.raises((ValueError, ConfigError), match="each of bias"):
+        _session("learned", first, scorer=str(bad))
+    with pytest.raises((ValueError, ConfigError), match="needs workflow.memory.scorer"):
+        _session("learned", first)
+    with pytest.raises(ConfigError, match="unknown memory policy"):
+        _session("lru", first)
+
+
+def test_the_example_trains_end_to_end_on_a_tiny_base(tmp_path) -> None:  # noqa: ANN001
+    """examples/collaborate.yaml (the shipped learned scorer) through base, SFT and RL, tiny."""
+    import sys
+    from pathlib import Path
+
+    from teamrl.config import load_config
+    from teamrl.trainer.trainer import Trainer
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_base import TINY_BASE
+
+    repo = Path(__file__).resolve().parent.parent
+    sets = [*TINY_BASE, "workflow.rounds=4", "tasks.drift_at=2", "recipe.iterations=1"]
+    sets += [f"workflow.memory.scorer={repo / 'examples/memory_scorer.json'}"]
+    sets += [f"policies.default.embedded.cache_dir={tmp_path / 'cache'}"]
+    cfg = load_config(repo / "examples/collaborate.yaml", sets)
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        summary = trainer.fit()
+    finally:
+        trainer.close()
+    last = summary["evals"][-1]
+    assert last["label"] == "after_rl" and 0.0 <= last["eval/outcome"] <= 1.0
+    assert "eval/acceptance_after_drift" in last and "eval/invalid_per_session" in last

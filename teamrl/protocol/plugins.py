@@ -25,12 +25,14 @@ BUILTIN: dict[str, dict[str, str]] = {
         "self_play": "teamrl.workflows.self_play_workflow:SelfPlay",
         "test_driven": "teamrl.workflows.test_driven:TDD",
         "repo_fix": "teamrl.workflows.repo_fix:RepoFix",
+        "collaborate": "teamrl.memory.workflow:Collaborate",
     },
     "task suite": {
         "programming": "teamrl.tasks.suites:ProgrammingSuite",
         "reasoning": "teamrl.tasks.suites:ReasoningSuite",
         "humaneval": "teamrl.tasks.suites:HumanEvalSuite",
         "repo": "teamrl.tasks.repos:RepoSuite",
+        "collaborators": "teamrl.memory.workflow:CollaboratorSuite",
     },
     "reward function": {
         "hybrid": "teamrl.rewards.functions:hybrid",

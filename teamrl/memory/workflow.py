@@ -1,0 +1,259 @@
+"""Workflow ``collaborate`` and task suite ``collaborators``: a team serves one streamer over many episodes,
+with a memory of notes between them (issue 19). Written on the public workflow and task-suite API only.
+
+One teamrl episode is a **session**: ``rounds`` episodes with one collaborator (its task), in order. In each,
+the proposer role reads the memory (notes distilled from the earlier episodes of the session, within the
+capacity) and the candidates, and answers with the number of the one to propose; the collaborator accepts it
+or not and reacts; the reaction is distilled into a note and the memory policy (``workflow.memory.policy``)
+decides what to keep. The session's outcome is its acceptance rate; each proposal is also rewarded on its
+own (accepted or not), ranked against the same episode of the other sessions with the same collaborator
+(``Episode.attempt_groups``). The experts (SFT) propose what the notes favour
+(:func:`teamrl.memory.learn.reader_choice`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from teamrl.engine.team import RoleCall, ScriptedRole, Team
+from teamrl.memory.collaborator import Collaborator, Topic, candidates_for, make_collaborator
+from teamrl.memory.learn import reader_choice
+from teamrl.memory.policies import FEATURES, POLICIES, NoteScorer, make_policy
+from teamrl.memory.store import Capacity, Note, distil, render
+from teamrl.protocol import Episode, Message, render_message
+from teamrl.protocol.settings import SeatConfig, Strict, TaskSettings, WorkflowSettings
+from teamrl.tasks.base import TaskSuite
+from teamrl.workflows.base import Workflow
+
+_NUMBER = re.compile(r"ANSWER:\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class CollaboratorTask:
+    """One collaborator to serve for a session."""
+
+    task_id: str
+    seed: int
+    index: int
+    drift: Literal["none", "sudden", "gradual"]
+    drift_at: int
+    drift_span: int
+    small_talk: float
+
+    def collaborator(self) -> Collaborator:
+        return make_collaborator(
+            self.seed,
+            self.index,
+            self.drift,
+            self.drift_at,
+            self.drift_span,
+            self.small_talk,  # type: ignore[arg-type]
+        )
+
+
+class CollaboratorTasksConfig(TaskSettings):
+    """Simulated streamers (``teamrl.memory.collaborator``); train and held-out ones never share an index."""
+
+    suite: str = "collaborators"
+    heldout_size: int = 48
+    population: int = Field(4096, ge=2, description="streamers per split to draw from")
+    drift: Literal["none", "sudden", "gradual"] = Field("sudden", description="how the taste drifts")
+    drift_at: int = Field(6, ge=0, description="the episode of the session where the drift starts")
+    drift_span: int = Field(4, ge=1, description="episodes a gradual drift takes")
+    small_talk: float = Field(0.5, ge=0, le=1, description="share of reactions that say nothing of taste")
+
+
+class CollaboratorSuite(TaskSuite[CollaboratorTasksConfig]):
+    """``collaborators``: one task per simulated streamer."""
+
+    Settings = CollaboratorTasksConfig
+    task_type = CollaboratorTask
+
+    def sample(self, split: str, n: int, rng: random.Random) -> list[Any]:
+        if split not in ("train", "heldout"):
+            raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
+        s = self.settings
+        picks = [rng.randrange(s.population) for _ in range(n)]
+        offset = 0 if split == "train" else 1
+        return [
+            CollaboratorTask(
+                f"streamer-{s.seed}-{2 * i + offset}",
+                s.seed,
+                2 * i + offset,
+                s.drift,
+                s.drift_at,
+                s.drift_span,
+                s.small_talk,
+            )
+            for i in picks
+        ]
+
+
+def load_scorer(path: str | Path) -> NoteScorer:
+    """A note scorer saved as JSON ({feature: weight, ..., "stop": s}); a clear error for a bad file."""
+    try:
+        data = json.loads(Path(path).expanduser().read_text())
+        weights = np.array([float(data[f]) for f in FEATURES])
+        return NoteScorer(weights, float(data["stop"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"memory scorer {path}: cannot read it ({type(exc).__name__}: {exc}); it must be a JSON object "
+            f"with a number for each of {', '.join(FEATURES)} and 'stop'"
+        ) from None
+
+
+class MemoryConfig(Strict):
+    """The session's memory: which policy keeps the notes, and the capacity every bounded policy shares."""
+
+    policy: str = Field("recency", description=f"memory policy, one of {', '.join(POLICIES)}")
+    entries: int | None = Field(4, ge=1, description="notes kept at most (None: unbounded)")
+    tokens: int | None = Field(None, ge=1, description="words kept at most (None: unbounded)")
+    scorer: str | None = Field(
+        None,
+        description="policy learned: a JSON file {feature: weight, ..., 'stop': s} of a trained note scorer "
+        "(benchmarks/memory_benchmark.py writes one per seed)",
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _known(cls, policy: str) -> str:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown memory policy {policy!r}; valid: {', '.join(POLICIES)}")
+        return policy
+
+    @field_validator("scorer")
+    @classmethod
+    def _readable(cls, scorer: str | None) -> str | None:
+        """Read now (a bad file is a config error) and saved absolute (the run resumes from anywhere)."""
+        if scorer is None:
+            return None
+        path = Path(scorer).expanduser().resolve()
+        load_scorer(path)
+        return str(path)
+
+
+class CollaborateConfig(WorkflowSettings):
+    """Workflow ``collaborate``: a session of proposals to one streamer, with memory between episodes."""
+
+    name: str = "collaborate"
+    roles: dict[str, SeatConfig] = Field(default_factory=lambda: {"proposer": SeatConfig(max_new_tokens=8)})
+    order: list[str] = Field(default_factory=lambda: ["proposer"])
+    rounds: int = Field(10, ge=1, le=200, description="episodes with the collaborator in one session")
+    candidates: int = Field(4, ge=2, le=6, description="proposals on the table each episode")
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+
+
+def proposal_prompt(notes: list[Note], candidates: list[Topic]) -> str:
+    """What the proposer reads: the memory, then the numbered candidates."""
+    listed = "\n".join(f"{i + 1}. {c.describe()}" for i, c in enumerate(candidates))
+    return (
+        "### proposer: Propose the stream the streamer will accept. Reply ANSWER: <number>.\n"
+        f"memory:\n{render(notes)}\ncandidates:\n{listed}\n"
+    )
+
+
+def parse_choice(text: str, n: int) -> int | None:
+    """The 0-based candidate named by ``ANSWER: k`` (1-based, 1..n); None for anything else."""
+    found = _NUMBER.findall(text)
+    if not found:
+        return None
+    k = int(found[-1])
+    return k - 1 if 1 <= k <= n else None
+
+
+class Collaborate(Workflow[CollaborateConfig]):
+    """``collaborate`` (see the module)."""
+
+    Settings = CollaborateConfig
+    task_suite = "collaborators"
+    task_type = CollaboratorTask
+    headline = [("acceptance", "eval/outcome"), ("all accepted", "eval/solved")]
+
+    def __init__(self, settings: CollaborateConfig, sandbox: Any = None) -> None:
+        super().__init__(settings, sandbox)
+        m = settings.memory
+        self.capacity = Capacity(m.entries, m.tokens)
+        self.scorer = load_scorer(m.scorer) if m.policy == "learned" and m.scorer else None
+        if m.policy == "learned" and self.scorer is None:
+            raise ValueError("workflow.memory.policy learned needs workflow.memory.scorer (a JSON file)")
+
+    async def play(self, team: Team, task: Any, group: int = 0) -> Episode:
+        cfg = self.settings
+        role = cfg.order[0]
+        collaborator = task.collaborator()
+        policy = make_policy(cfg.memory.policy, self.capacity, self.scorer)
+        episode = Episode(task_id=task.task_id, group=group)
+        memory: list[Note] = []
+        accepted: list[float] = []
+        invalid = 0
+        for r in range(cfg.rounds):
+            candidates = candidates_for(task.seed, task.index, r, cfg.candidates)
+            context = {"notes": list(memory), "candidates": candidates, "round": r}
+            turn = await team.act(
+                role, proposal_prompt(memory, candidates), "answer", round=r, context=context
+            )
+            choice = parse_choice(turn.message.content if turn.message else turn.text, len(candidates))
+            invalid += choice is None
+            reaction = collaborator.react(candidates, choice, r)
+            episode.turns.append(turn)
+            if turn.error:
+                episode.errors.append(turn.error)
+            index = len(episode.turns) - 1
+            episode.attempt_rewards[index] = float(reaction.accepted)
+            episode.attempt_groups[index] = f"episode {r}"
+            accepted.append(float(reaction.accepted))
+            memory = policy(memory, distil(reaction.text, r), r + 1)
+        episode.outcome = float(np.mean(accepted))
+        episode.verifier = {
+            "accepted": accepted,
+            "solved": all(a == 1.0 for a in accepted),
+            "invalid_proposals": invalid,
+            "memory_final": [n.text for n in memory],
+            "drift_at": task.drift_at if task.drift != "none" else cfg.rounds,
+        }
+        return episode
+
+    def process_scores(self, episode: Episode) -> dict[str, float]:
+        v = episode.verifier
+        n = max(len(v.get("accepted", [])), 1)  # type: ignore[arg-type]
+        invalid = int(v.get("invalid_proposals", 0))  # type: ignore[call-overload]
+        return {self.settings.order[0]: 1.0 - invalid / n}
+
+    def metrics(self, episodes: list[Episode], prefix: str) -> dict[str, float]:
+        """Acceptance before and after the collaborator's drift, and invalid proposals per session."""
+        if not episodes:
+            return {}
+        out = {
+            f"{prefix}invalid_per_session": float(
+                np.mean([e.verifier.get("invalid_proposals", 0) for e in episodes])
+            )
+        }
+        before: list[float] = []
+        after: list[float] = []
+        for e in episodes:
+            acc: list[float] = e.verifier.get("accepted", [])  # type: ignore[assignment]
+            cut = int(e.verifier.get("drift_at", 0))  # type: ignore[call-overload]
+            before += acc[:cut]
+            after += acc[cut:]
+        if before:
+            out[f"{prefix}acceptance_before_drift"] = float(np.mean(before))
+        if after:
+            out[f"{prefix}acceptance_after_drift"] = float(np.mean(after))
+        return out
+
+    def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
+        """The proposer proposes what the notes favour (ties drawn from ``rng``)."""
+
+        def proposer(call: RoleCall) -> str:
+            k = reader_choice(call.context["notes"], call.context["candidates"], rng)
+            return render_message(Message(role=call.role, kind="answer", content=f"ANSWER: {k + 1}"))
+
+        return {self.settings.order[0]: proposer}
