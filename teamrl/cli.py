@@ -250,6 +250,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_play(args: argparse.Namespace) -> int:
+    from teamrl.play import play
+    from teamrl.trainer.trainer import resume_config
+
+    if args.run:
+        cfg = resume_config(Path(args.run))
+        if args.config or args.set:
+            print(
+                "teamrl play: with --run the run's own config is used; drop CONFIG and --set", file=sys.stderr
+            )
+            return 2
+    else:
+        cfg = load_config(args.config, args.set)
+    out = Path(args.out) if args.out else (Path(args.run) / "episodes" / "play.jsonl" if args.run else None)
+    if out is None:
+        out = Path("runs") / "play" / f"{cfg.workflow.name.replace('/', '_').replace(':', '_')}.jsonl"
+    try:
+        played = play(cfg, args.seat, Path(args.run) if args.run else None, args.episodes, args.split, out)
+    except ValueError as exc:
+        print(f"teamrl play: {exc}", file=sys.stderr)
+        return 2
+    print(f"{len(played)} episode(s) recorded in {out}")
+    return 0
+
+
 def _default_report_dir(run_dirs: list[str]) -> Path:
     return Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("runs") / "report"
 
@@ -370,6 +395,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=2.0, help="seconds between checks for new metrics (--serve)"
     )
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("play", help="take one role's seat yourself, next to trained agents or the experts")
+    p.add_argument("config", nargs="?", help="YAML config (not with --run: the run's own is used)")
+    p.add_argument("--seat", required=True, metavar="ROLE", help="the role you play")
+    p.add_argument("--run", metavar="RUN_DIR", help="play next to this run's agents (default: the experts)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    p.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
+    p.add_argument("--split", choices=["heldout", "train"], default="heldout", help="tasks to draw from")
+    p.add_argument(
+        "--out",
+        help="JSONL file the episodes are appended to (default: RUN_DIR/episodes/play.jsonl, or runs/play/)",
+    )
+    p.set_defaults(func=cmd_play)
     p = sub.add_parser("schema", help="print the JSON Schema of the messages roles exchange")
     p.set_defaults(func=cmd_schema)
     p = sub.add_parser(

@@ -161,8 +161,9 @@ def proposal_prompt(notes: list[Note], candidates: list[Topic]) -> str:
 
 
 def parse_choice(text: str, n: int) -> int | None:
-    """The 0-based candidate named by ``ANSWER: k`` (1-based, 1..n); None for anything else."""
-    found = _NUMBER.findall(text)
+    """The 0-based candidate named by ``ANSWER: k`` or by a bare number (1-based, 1..n); None for anything
+    else."""
+    found = _NUMBER.findall(text) or re.findall(r"^\s*(\d+)\s*$", text)
     if not found:
         return None
     k = int(found[-1])
