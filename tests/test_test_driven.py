@@ -391,6 +391,19 @@ def test_a_revision_is_credited_with_what_it_changed(sandbox: Sandbox) -> None:
     assert unlearned.attempt_rewards == {code_turns[1]: 0.0, code_turns[2]: 0.0}
 
 
+def _play_fixing(sandbox: Sandbox, task: Any, first: str, sets: list[str], tester: Any = None) -> Any:
+    """One test_driven episode whose coder writes ``first``, then the reference at every revision; the
+    tester (when ``tester`` is given) scripted by it."""
+    versions = iter([first, task.reference_solution, task.reference_solution])
+
+    def coder(call: RoleCall) -> str:
+        return render_message(Message(role=call.role, kind="code", content=next(versions).strip("\n")))
+
+    seats = {"coder": Seat(script=coder)} | ({"tester": Seat(script=tester)} if tester else {})
+    workflow = build_workflow(load_config(None, ["workflow.name=test_driven", *sets]), sandbox)
+    return asyncio.run(workflow.play(Team(seats), task))
+
+
 def test_a_first_version_credited_on_its_own_is_not_paid_for_the_fix_after_it(sandbox: Sandbox) -> None:
     """first_version_credit: own closes the sandbagging hole: a wrong first version that a revision fixes
     is paid its own pass fraction, not the fixed submission's outcome; a right one is paid 1."""
@@ -406,19 +419,8 @@ def test_a_first_version_credited_on_its_own_is_not_paid_for_the_fix_after_it(sa
     )
 
     def play(first: str, credit: str, revisions: str = "own") -> Any:
-        versions = iter([first, task.reference_solution, task.reference_solution])
-
-        def coder(call: RoleCall) -> str:
-            return render_message(Message(role=call.role, kind="code", content=next(versions).strip("\n")))
-
-        sets = [
-            "workflow.name=test_driven",
-            "workflow.order=[coder]",
-            f"workflow.first_version_credit={credit}",
-            f"workflow.revision_credit={revisions}",
-        ]
-        workflow = build_workflow(load_config(None, sets), sandbox)
-        return asyncio.run(workflow.play(Team({"coder": Seat(script=coder)}), task))
+        sets = ["workflow.order=[coder]", f"workflow.first_version_credit={credit}"]
+        return _play_fixing(sandbox, task, first, [*sets, f"workflow.revision_credit={revisions}"])
 
     sandbagged, right = play(task.buggy_solution, "own"), play(task.reference_solution, "own")
     assert sandbagged.verifier["solved"] and right.verifier["solved"]  # the same outcome for the team
@@ -447,20 +449,8 @@ def test_revise_until_examples_stops_once_the_brief_examples_pass(sandbox: Sandb
         )
 
     def play(first: str, until: str) -> Any:
-        versions = iter([first, task.reference_solution, task.reference_solution])
-
-        def coder(call: RoleCall) -> str:
-            return render_message(Message(role=call.role, kind="code", content=next(versions).strip("\n")))
-
-        sets = [
-            "workflow.name=test_driven",
-            "workflow.order=[tester, coder]",
-            f"workflow.revise_until={until}",
-        ]
-        workflow = build_workflow(load_config(None, sets), sandbox)
-        return asyncio.run(
-            workflow.play(Team({"tester": Seat(script=tester), "coder": Seat(script=coder)}), task)
-        )
+        sets = ["workflow.order=[tester, coder]", f"workflow.revise_until={until}"]
+        return _play_fixing(sandbox, task, first, sets, tester)
 
     right = play(task.reference_solution, "examples")
     assert len(right.verifier["code_pass"]) == 1 and right.verifier["solved"]
