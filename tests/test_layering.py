@@ -47,8 +47,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("policies",),
     # 2 the engine: runs a team's seats (policies) over turns
     ("engine",),
-    # 3 what a team does, on what, scored how: ordered siblings, see SIBLING_ORDER
-    ("tasks", "rewards", "workflows"),
+    # 3 what a team does, on what, scored how (memory: a collaborator, notes and the collaborate workflow):
+    #   ordered siblings, see SIBLING_ORDER
+    ("tasks", "rewards", "workflows", "memory"),
     # 4 RL objectives over scored episodes (GRPO, MGRPO, PPO with a critic)
     ("algorithms",),
     # 5 training recipes built from the above (closed loop, population, schedules)
@@ -59,8 +60,8 @@ LAYERS: list[tuple[str, ...]] = [
     # 7 the trainer and its Ray backend: may import each other, see MUTUAL
     ("trainer", "distributed"),
     # 8 stand-alone subsystems and assemblies over the trainer: the report, classic MARL (see
-    #   ONLY_IMPORTS), the plugin conformance checks
-    ("report", "marl", "testing"),
+    #   ONLY_IMPORTS), the plugin conformance checks, a person in a role's seat (play)
+    ("report", "marl", "testing", "play"),
     # 9 entry points
     ("cli", "__init__", "__main__"),
 ]
@@ -68,7 +69,7 @@ LAYERS: list[tuple[str, ...]] = [
 # Siblings of one layer, lowest first: each may import only the ones before it (tasks <- rewards <-
 # workflows). Siblings not named here may import one another (package cycles still fail).
 SIBLING_ORDER: list[tuple[str, ...]] = [
-    ("tasks", "rewards", "workflows"),
+    ("tasks", "rewards", "workflows", "memory"),
 ]
 
 # Siblings that may import each other: the package-level cycle check treats them as one node, and the
