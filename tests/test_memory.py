@@ -270,7 +270,7 @@ def test_a_learned_memory_loads_its_scorer_or_says_why_not(tmp_path) -> None:  #
     bad.write_text('{"bias": 1}')
     with pytest.raises((ValueError, ConfigError), match="each of bias"):
         _session("learned", first, scorer=str(bad))
-    with pytest.raises((ValueError, ConfigError), match="needs workflow.memory.scorer"):
+    with pytest.raises((ValueError, ConfigError), match="needs workflow.memory.scorer: a JSON file"):
         _session("learned", first)
     with pytest.raises(ConfigError, match="unknown memory policy"):
         _session("lru", first)

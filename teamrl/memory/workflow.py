@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from teamrl.engine.team import RoleCall, ScriptedRole, Team
 from teamrl.memory.collaborator import Collaborator, Topic, candidates_for, make_collaborator
@@ -129,6 +129,15 @@ class MemoryConfig(Strict):
             raise ValueError(f"unknown memory policy {policy!r}; valid: {', '.join(POLICIES)}")
         return policy
 
+    @model_validator(mode="after")
+    def _scorer_for_learned(self) -> MemoryConfig:
+        if self.policy == "learned" and self.scorer is None:
+            raise ValueError(
+                "policy learned needs workflow.memory.scorer: a JSON file of a trained note scorer "
+                "(benchmarks/memory_benchmark.py writes one per seed; examples/memory_scorer.json is one)"
+            )
+        return self
+
     @field_validator("scorer")
     @classmethod
     def _readable(cls, scorer: str | None) -> str | None:
@@ -183,8 +192,6 @@ class Collaborate(Workflow[CollaborateConfig]):
         m = settings.memory
         self.capacity = Capacity(m.entries, m.tokens)
         self.scorer = load_scorer(m.scorer) if m.policy == "learned" and m.scorer else None
-        if m.policy == "learned" and self.scorer is None:
-            raise ValueError("workflow.memory.policy learned needs workflow.memory.scorer (a JSON file)")
 
     async def play(self, team: Team, task: Any, group: int = 0) -> Episode:
         cfg = self.settings
