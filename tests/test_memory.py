@@ -300,3 +300,19 @@ def test_the_example_trains_end_to_end_on_a_tiny_base(tmp_path) -> None:  # noqa
     last = summary["evals"][-1]
     assert last["label"] == "after_rl" and 0.0 <= last["eval/outcome"] <= 1.0
     assert "eval/acceptance_after_drift" in last and "eval/invalid_per_session" in last
+
+
+def test_per_candidate_shows_each_candidate_with_the_notes_on_its_values() -> None:
+    from teamrl.memory.workflow import proposal_prompt
+
+    cands = [Topic("music", "long", "hype"), Topic("art", "short", "calm")]
+    notes = [
+        Note("likes music", "music", 1, 0, 0, count=2),
+        Note("dislikes calm", "calm", -1, 1, 1),
+        Note("said: coffee helps", None, 0, 2, 2),
+    ]
+    prompt = proposal_prompt(notes, cands, "per_candidate")
+    assert "1. hype long music stream: +music +music\n" in prompt
+    assert "2. calm short art stream: -calm\n" in prompt
+    assert "coffee" not in prompt  # only notes on a candidate's values are shown
+    assert "- likes music (x2)\ncandidates:" in proposal_prompt(notes, cands, "list")  # newest first

@@ -158,15 +158,31 @@ class CollaborateConfig(WorkflowSettings):
     rounds: int = Field(10, ge=1, le=200, description="episodes with the collaborator in one session")
     candidates: int = Field(4, ge=2, le=6, description="proposals on the table each episode")
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
-
-
-def proposal_prompt(notes: list[Note], candidates: list[Topic]) -> str:
-    """What the proposer reads: the memory, then the numbered candidates."""
-    listed = "\n".join(f"{i + 1}. {c.describe()}" for i, c in enumerate(candidates))
-    return (
-        "### proposer: Propose the stream the streamer will accept. Reply ANSWER: <number>.\n"
-        f"memory:\n{render(notes)}\ncandidates:\n{listed}\n"
+    show: Literal["list", "per_candidate"] = Field(
+        "list",
+        description="how the proposer sees the memory: list = every note, then the candidates; per_candidate "
+        "= each candidate with the notes on its values (memory retrieved by what is on the table)",
     )
+
+
+def proposal_prompt(notes: list[Note], candidates: list[Topic], show: str = "list") -> str:
+    """What the proposer reads: the memory, then the numbered candidates (``show: list``); or each candidate
+    followed by the notes on its values (``show: per_candidate``: the memory retrieved by what is on the
+    table, likes as +, dislikes as -, each as often as it was stated)."""
+    head = "### proposer: Propose the stream the streamer will accept. Reply ANSWER: <number>.\n"
+    if show == "per_candidate":
+        lines = []
+        for i, c in enumerate(candidates):
+            marks = [
+                f"{'+' if n.sign > 0 else '-'}{n.value}"
+                for n in sorted(notes, key=lambda n: (n.value or "", n.sign))
+                if n.value in c.values()
+                for _ in range(min(n.count, 3))
+            ]
+            lines.append(f"{i + 1}. {c.describe()}: {' '.join(marks) or 'no notes'}")
+        return head + "candidates:\n" + "\n".join(lines) + "\n"
+    listed = "\n".join(f"{i + 1}. {c.describe()}" for i, c in enumerate(candidates))
+    return head + f"memory:\n{render(notes)}\ncandidates:\n{listed}\n"
 
 
 def parse_choice(text: str, n: int) -> int | None:
@@ -206,7 +222,7 @@ class Collaborate(Workflow[CollaborateConfig]):
             candidates = candidates_for(task.seed, task.index, r, cfg.candidates)
             context = {"notes": list(memory), "candidates": candidates, "round": r}
             turn = await team.act(
-                role, proposal_prompt(memory, candidates), "answer", round=r, context=context
+                role, proposal_prompt(memory, candidates, cfg.show), "answer", round=r, context=context
             )
             choice = parse_choice(turn.message.content if turn.message else turn.text, len(candidates))
             invalid += choice is None
