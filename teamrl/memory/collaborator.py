@@ -163,10 +163,14 @@ def candidates_for(seed: int, index: int, round_: int, n: int = 4) -> list[Topic
     return [Topic(g, rng.choice(ATTRIBUTES["format"]), rng.choice(ATTRIBUTES["mood"])) for g in genres]
 
 
-def population(seed: int, split: str, n: int, **kwargs: object) -> list[Collaborator]:
-    """``n`` collaborators of ``split``: train ones have even indices, held-out ones odd, so the two never
-    share a streamer."""
+def split_index(split: str, i: int) -> int:
+    """The index of the ``i``-th collaborator of ``split``: train ones are even, held-out ones odd, so the
+    two never share a streamer."""
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
-    offset = 0 if split == "train" else 1
-    return [make_collaborator(seed, 2 * i + offset, **kwargs) for i in range(n)]  # type: ignore[arg-type]
+    return 2 * i + (split == "heldout")
+
+
+def population(seed: int, split: str, n: int, **kwargs: object) -> list[Collaborator]:
+    """``n`` collaborators of ``split`` (see :func:`split_index`)."""
+    return [make_collaborator(seed, split_index(split, i), **kwargs) for i in range(n)]  # type: ignore[arg-type]

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from teamrl.memory.collaborator import Collaborator, Topic, candidates_for, population
-from teamrl.memory.policies import Decision, NoteScorer, Policy, learned_update, make_policy
-from teamrl.memory.store import Capacity, Note, check_capacity, distil
+from teamrl.memory.policies import Decision, NoteScorer, Policy, make_policy
+from teamrl.memory.store import Capacity, Note, distil
 
 Reader = Callable[[list[Note], list[Topic], random.Random], int]
 
@@ -125,7 +125,8 @@ def train_scorer(
         sessions: list[tuple[Session, list[Decision]]] = []
         for c in pool[it * batch : (it + 1) * batch]:
             record: list[Decision] = []
-            sessions.append((run_session(c, _recording(scorer, capacity, rng, record), rounds), record))
+            policy = make_policy("learned", capacity, scorer, rng, record)
+            sessions.append((run_session(c, policy, rounds), record))
         returns = decision_returns(np.asarray([s.accepted for s, _ in sessions]), horizon)
         baseline = returns.mean(axis=0)
         spread = returns.std(axis=0) + 1e-6
@@ -151,16 +152,6 @@ def train_scorer(
         if progress is not None:
             progress(log)
     return scorer, logs
-
-
-def _recording(scorer: NoteScorer, capacity: Capacity, rng: random.Random, record: list[Decision]) -> Policy:
-    """The learned policy drawing its rankings with ``rng`` and appending each draw to ``record``."""
-
-    def update(memory: list[Note], new: Note | None, round_: int) -> list[Note]:
-        kept = learned_update(scorer, memory, new, round_, capacity, rng, record)
-        return check_capacity(kept, capacity, "learned")
-
-    return update
 
 
 def evaluate_policy(

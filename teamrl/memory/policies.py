@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from teamrl.memory.store import Capacity, Note, check_capacity, merge
+from teamrl.memory.store import Capacity, Note, check_capacity, write
 
 POLICIES = ("none", "keep_all", "fifo", "recency", "tally", "learned")
 FEATURES = ("bias", "age", "count", "is_fact", "contradicted", "contradicts_older", "is_new")
@@ -96,9 +96,7 @@ def learned_update(
 ) -> list[Note]:
     """The learned policy: rank pool + STOP by score (a Plackett-Luce draw with ``rng``, else greedily) and
     keep the notes before STOP that fit the capacity. With ``record``, the draw is appended to it."""
-    pool, merged = merge(memory, new) if new is not None else (list(memory), True)
-    if new is not None and not merged:
-        pool.append(new)
+    pool = write(memory, new)
     if not pool:
         return []
     x = features(pool, new, round_)
@@ -137,10 +135,15 @@ Policy = Callable[[list[Note], "Note | None", int], list[Note]]
 
 
 def make_policy(
-    name: str, capacity: Capacity, scorer: NoteScorer | None = None, rng: random.Random | None = None
+    name: str,
+    capacity: Capacity,
+    scorer: NoteScorer | None = None,
+    rng: random.Random | None = None,
+    record: list[Decision] | None = None,
 ) -> Policy:
     """The policy ``name`` (one of :data:`POLICIES`) bound to ``capacity``; its results are checked against
-    it. ``learned`` needs ``scorer``; with ``rng`` it draws (training), else ranks greedily."""
+    it. ``learned`` needs ``scorer``; with ``rng`` it draws (training), else ranks greedily; with ``record``
+    each of its draws is appended there (for the outer loop)."""
     if name not in POLICIES:
         raise ValueError(f"unknown memory policy {name!r}; valid: {', '.join(POLICIES)}")
     if name == "learned" and scorer is None:
@@ -152,7 +155,8 @@ def make_policy(
             return []
         if name == "learned":
             assert scorer is not None
-            return check_capacity(learned_update(scorer, memory, new, round_, capacity, rng), capacity, name)
+            kept = learned_update(scorer, memory, new, round_, capacity, rng, record)
+            return check_capacity(kept, capacity, name)
         if name == "tally":
             if new is not None and new.value is not None:
                 tallies[new.value] = tallies.get(new.value, 0) + new.sign
@@ -169,9 +173,7 @@ def make_policy(
                 for v in ranked
             ]
             return check_capacity(_fill(notes, capacity), capacity, name)
-        pool, merged = merge(memory, new) if new is not None else (list(memory), True)
-        if new is not None and not merged:
-            pool.append(new)
+        pool = write(memory, new)
         if name == "keep_all":
             return pool
         key = (lambda n: n.first) if name == "fifo" else (lambda n: n.last)

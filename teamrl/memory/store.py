@@ -89,6 +89,15 @@ def merge(notes: list[Note], new: Note) -> tuple[list[Note], bool]:
     return list(notes), False
 
 
+def write(notes: list[Note], new: Note | None) -> list[Note]:
+    """The pool a memory policy chooses from: ``notes`` with ``new`` merged in (see :func:`merge`) or, when
+    it states nothing already there, appended; ``notes`` as they are without a new note."""
+    if new is None:
+        return list(notes)
+    pool, merged = merge(notes, new)
+    return pool if merged else [*pool, new]
+
+
 def render(notes: list[Note]) -> str:
     """The memory as a role reads it in its prompt, one note per line, newest first."""
     if not notes:

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from teamrl.engine.team import RoleCall, ScriptedRole, Team
-from teamrl.memory.collaborator import Collaborator, Topic, candidates_for, make_collaborator
+from teamrl.memory.collaborator import Collaborator, Topic, candidates_for, make_collaborator, split_index
 from teamrl.memory.learn import reader_choice
 from teamrl.memory.policies import FEATURES, POLICIES, NoteScorer, make_policy
 from teamrl.memory.store import Capacity, Note, distil, render
@@ -78,22 +78,13 @@ class CollaboratorSuite(TaskSuite[CollaboratorTasksConfig]):
     task_type = CollaboratorTask
 
     def sample(self, split: str, n: int, rng: random.Random) -> list[Any]:
-        if split not in ("train", "heldout"):
-            raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
         s = self.settings
-        picks = [rng.randrange(s.population) for _ in range(n)]
-        offset = 0 if split == "train" else 1
+        indices = [split_index(split, rng.randrange(s.population)) for _ in range(n)]
         return [
             CollaboratorTask(
-                f"streamer-{s.seed}-{2 * i + offset}",
-                s.seed,
-                2 * i + offset,
-                s.drift,
-                s.drift_at,
-                s.drift_span,
-                s.small_talk,
+                f"streamer-{s.seed}-{k}", s.seed, k, s.drift, s.drift_at, s.drift_span, s.small_talk
             )
-            for i in picks
+            for k in indices
         ]
 
 
