@@ -263,8 +263,11 @@ def cmd_play(args: argparse.Namespace) -> int:
             return 2
     else:
         cfg = load_config(args.config, args.set)
-    out = Path(args.out) if args.out else (Path(args.run) / "episodes" / "play.jsonl" if args.run else None)
-    if out is None:
+    if args.out:
+        out = Path(args.out)
+    elif args.run:
+        out = Path(args.run) / "episodes" / "play.jsonl"
+    else:
         out = Path("runs") / "play" / f"{cfg.workflow.name.replace('/', '_').replace(':', '_')}.jsonl"
     try:
         played = play(cfg, args.seat, Path(args.run) if args.run else None, args.episodes, args.split, out)

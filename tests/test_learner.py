@@ -185,7 +185,7 @@ def test_revisions_not_learned_get_no_advantage():
         turn = Turn(role="coder", prompt="p", text="", prompt_ids=[1], completion_ids=[2], logprobs=[-1.0])
         ep = Episode(task_id="t", group=g, verifier={"code_pass": code_pass}, rewards={"coder": float(g)})
         ep.turns = [turn.model_copy(update={"prompt": f"p{g}.{k}"}) for k in range(len(code_pass))]
-        credit_revisions(ep, list(range(len(code_pass))), first=True, learned=False)
+        credit_revisions(ep, list(range(len(code_pass))), first=True, revisions="none")
         eps.append(ep)
     assert eps[2].attempt_rewards == {0: 0.5, 1: 0.0, 2: 0.0}
     adv = learner().turn_advantages(eps, ("coder",))["coder"]

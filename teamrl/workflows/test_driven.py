@@ -187,17 +187,21 @@ def submit(episode: Episode, on_versions: Sequence[Sequence[bool]], rule: str, n
 
 
 def credit_revisions(
-    episode: Episode, code_turns: Sequence[int], first: bool = False, learned: bool = True
+    episode: Episode, code_turns: Sequence[int], first: bool = False, revisions: str = "own"
 ) -> None:
     """Give each code revision (version k >= 1) its own reward, what it changed: its hidden-test pass
     fraction minus the previous version's, grouped with the k-th versions of the task's other episodes
     (``Episode.attempt_groups``); with ``first`` the first version too, by its own pass fraction (what it
-    changed from nothing). Not ``learned``: the revisions get 0 in a group of their own, so no advantage
-    (they are not learned from). A turn already scored alone (a turn-level group's) keeps its reward."""
+    changed from nothing). ``revisions`` (``workflow.revision_credit``): ``none``: the revisions get 0 in a
+    group of their own, so no advantage (they are not learned from); ``episode``: they are left to the
+    episode's advantage. A turn already scored alone (a turn-level group's) keeps its reward."""
     code_pass: list[float] = episode.verifier.get("code_pass", [])  # type: ignore[assignment]
     if first and code_turns and code_pass and code_turns[0] not in episode.attempt_rewards:
         episode.attempt_rewards[code_turns[0]] = code_pass[0]
         episode.attempt_groups[code_turns[0]] = "version 0"
+    if revisions == "episode":
+        return
+    learned = revisions == "own"
     for k in range(1, min(len(code_turns), len(code_pass))):
         turn = code_turns[k]
         if turn in episode.attempt_rewards:
@@ -402,11 +406,8 @@ class TDD(Workflow[TDDConfig]):
         if sandbox is not None and judge:
             evidence = [[*e, *t] for e, t in zip(on_examples, on_versions, strict=True)] if complete else []
             submit(episode, evidence, cfg.submit, len(examples))
-            if cfg.revision_credit != "episode":
-                first = cfg.first_version_credit == "own"
-                credit_revisions(episode, state.code_turns, first, learned=cfg.revision_credit == "own")
-            elif cfg.first_version_credit == "own":
-                credit_revisions(episode, state.code_turns[:1], first=True)
+            first = cfg.first_version_credit == "own"
+            credit_revisions(episode, state.code_turns, first, cfg.revision_credit)
         return episode
 
     @classmethod
