@@ -19,7 +19,8 @@ episodes at T = 0.7; greedy), mean and sample standard deviation, and the issue'
     .venv/bin/python benchmarks/team_value.py [--seeds 0 1 2] [--jobs 2] [--out-dir benchmarks/runs]
         [--results-dir benchmarks/results] [--set key=value ...] [--collect BATCH_DIR]
 
-``--set`` applies to every run (e.g. a smaller model for a smoke run). Runs go to a fresh
+``--set`` applies to every run (e.g. a smaller model for a smoke run); ``TEAM_VALUE_TEAM=CONFIG`` trains
+another team config (a variant) in place of examples/test_driven.yaml. Runs go to a fresh
 ``<out-dir>/team_value-<timestamp>-<pid>/`` (``team_s<seed>``, ``coder_alone_s<seed>``,
 ``one_model_s<seed>``, each with a ``.log``); ``--collect`` trains nothing and reports the finished runs
 of such a directory.
@@ -39,7 +40,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import learning_gain as lg  # noqa: E402  (job runner, run results, tables, figure)
 
-TEAM = "examples/test_driven.yaml"
+TEAM = os.environ.get(
+    "TEAM_VALUE_TEAM", "examples/test_driven.yaml"
+)  # the team's config (a variant to compare)
 CONTROLS = {
     "coder_alone": "examples/test_driven_coder_alone.yaml",
     "one_model": "examples/test_driven_one_model.yaml",

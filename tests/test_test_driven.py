@@ -29,7 +29,7 @@ def sandbox() -> Sandbox:
 def test_the_settings_put_tests_before_code() -> None:
     with pytest.raises(ConfigError, match="'tests' role must come before the 'code' role"):
         load_config(None, ["workflow.name=test_driven", "workflow.order=[planner, coder, tester, reviewer]"])
-    with pytest.raises(ConfigError, match="exactly one role of kind 'code'"):
+    with pytest.raises(ConfigError, match="needs one role of kind 'code'"):
         load_config(None, ["workflow.name=test_driven", "workflow.order=[tester, reviewer]"])
     assert load_config(None, ["workflow.name=test_driven", "workflow.order=[tester, coder]"]).workflow.order
 
@@ -460,3 +460,49 @@ def test_revise_until_examples_stops_once_the_brief_examples_pass(sandbox: Sandb
     # a version failing an example is revised (a syntax error fails them all)
     broken = play("def nothing(:", "examples")
     assert len(broken.verifier["code_pass"]) == 2 and broken.verifier["solved"]
+
+
+def test_a_fixer_writes_the_revisions_with_its_own_seat(sandbox: Sandbox) -> None:
+    """A second role of kind 'code' in workflow.order (a fixer) writes every revision (the coder only the
+    first version); each version is credited the same way, whoever wrote it, and both roles are scored."""
+    fixer = "workflow.roles.fixer={kind: code, sop: Fix it., max_new_tokens: 56}"
+    with pytest.raises(ConfigError, match="max_revisions is 0"):
+        load_config(
+            None,
+            ["workflow.name=test_driven", "workflow.order=[coder, fixer]", fixer, "workflow.max_revisions=0"],
+        )
+    with pytest.raises(ConfigError, match="names 'coder' twice"):
+        load_config(None, ["workflow.name=test_driven", "workflow.order=[coder, coder]"])
+    with pytest.raises(ConfigError, match="needs one role of kind 'code'"):
+        load_config(None, ["workflow.name=test_driven", "workflow.order=[coder, fixer, coder]", fixer])
+    cfg = load_config(None, ["workflow.name=test_driven", "workflow.order=[coder, fixer]", fixer])
+    workflow = build_workflow(cfg, sandbox)
+    task = _fix_task()
+    calls: list[RoleCall] = []
+
+    def seat(versions: list[str]) -> Seat:
+        def act(call: RoleCall) -> str:
+            calls.append(call)
+            return _scripted_coder(versions)(call)
+
+        return Seat(script=act)
+
+    broken = "def nothing(:"  # fails every example, so it is revised twice
+    team = Team(
+        {"coder": seat([task.buggy_solution]), "fixer": seat([broken, broken, task.reference_solution])}
+    )
+    episode = asyncio.run(workflow.play(team, task))
+    assert [c.role for c in calls] == ["coder", "fixer", "fixer"] and [c.round for c in calls] == [0, 1, 2]
+    assert calls[0].prompt.startswith("### coder: ") and calls[1].prompt.startswith("### fixer: Fix it.")
+    assert "test report" in calls[1].prompt and "previous solution" in calls[1].prompt
+    assert episode.verifier["solved"] and [t.role for t in episode.turns] == ["coder", "fixer", "fixer"]
+    assert episode.attempt_groups == {0: "version 0", 1: "revision 1", 2: "revision 2"}
+    assert episode.attempt_rewards[2] == 1.0 - episode.verifier["code_pass"][1]
+    assert set(workflow.process_scores(episode)) == {"coder", "fixer"}
+    # the experts demonstrate both seats: the fixer's demonstrations are the reference
+    experts = workflow.experts(random.Random(0))
+    assert set(experts) == {"coder", "fixer"}
+    demo = asyncio.run(workflow.play(Team({r: Seat(script=s) for r, s in experts.items()}), task))
+    assert all(
+        t.message.content == task.reference_solution.strip("\n") for t in demo.turns if t.role == "fixer"
+    )

@@ -6,7 +6,9 @@ examples (``run_examples``) and the Tester's tests on every code version, and an
 pass; each failing call with expected vs actual, or the exception) goes to the Reviewer, if there is one,
 and back to the Coder. The Reviewer approves or names a failing case; without one the Coder revises while
 anything in the report fails (``revise_until: examples``: while one of the brief's examples fails); at most
-``max_revisions`` revisions. The team submits the version that
+``max_revisions`` revisions, written by the coder or, when ``order`` has a second role of kind 'code' (a
+fixer), by that role: its own adapter, so RL on the coder's first versions cannot unlearn revising (measured:
+docs/results/team-value.md). The team submits the version that
 passed most of what it ran, the examples counting first (``submit: best``). Hidden tests stay hidden: they
 never run in a report, and only judge the versions afterwards (``teamrl.workflows.pipeline.verify``).
 
@@ -133,8 +135,21 @@ class TDDConfig(WorkflowSettings):
                     f"workflow.order names {name!r}, which is not in workflow.roles {sorted(self.roles)}"
                 )
         kinds = [self.roles[r].kind for r in self.order]
-        if kinds.count("code") != 1:
-            raise ValueError(f"workflow.order needs exactly one role of kind 'code' (got {kinds})")
+        if kinds.count("code") not in (1, 2):
+            raise ValueError(
+                "workflow.order needs one role of kind 'code' (the coder), or two (the coder, then a fixer "
+                f"that writes the revisions) (got {kinds})"
+            )
+        if kinds.count("code") == 2 and self.max_revisions == 0:
+            raise ValueError(
+                f"workflow.order has a second role of kind 'code' ({self.code_roles()[1]!r}, the fixer), "
+                "which writes revisions, but workflow.max_revisions is 0: raise it or drop the fixer"
+            )
+        if kinds.count("code") == 2 and len(set(self.code_roles())) == 1:
+            raise ValueError(
+                f"workflow.order names {self.code_roles()[0]!r} twice; the coder speaks in every round "
+                "already (a fixer is a second role of kind 'code', with its own name and adapter)"
+            )
         if kinds.count("tests") > 1:
             raise ValueError(f"workflow.order may have one role of kind 'tests' at most (got {kinds})")
         if self.coder_writes_tests and "tests" in kinds:
@@ -147,6 +162,12 @@ class TDDConfig(WorkflowSettings):
         if "review" in kinds and kinds.index("review") < kinds.index("code"):
             raise ValueError("a 'review' role must come after the 'code' role in workflow.order")
         return self
+
+    def code_roles(self) -> tuple[str, str]:
+        """(coder, fixer): the role that writes the first code version and the one that writes the
+        revisions; the same role unless ``order`` has a second role of kind 'code'."""
+        code = [r for r in self.order if self.roles[r].kind == "code"]
+        return code[0], code[-1]
 
 
 def execution_report(tests: Sequence[CallTest], results: Sequence[Any], function: str, shown: int) -> str:
@@ -304,6 +325,7 @@ class TDD(Workflow[TDDConfig]):
         state = PipelineState()
         context: dict[str, Any] = {"task": task, "state": state, "report": NOT_RUN}
         role_of = {cfg.roles[r].kind: r for r in cfg.order}
+        coder, fixer = cfg.code_roles()
         parsed: list[CallTest] = []
         groups = TurnGroups(cfg.turn_group, team, episode)
 
@@ -354,7 +376,6 @@ class TDD(Workflow[TDDConfig]):
             turn = await speak(role_of["plan"], [])
             state.plan = turn.message.content if turn.message else ""
             shown.append(("plan", state.plan or "(none)"))
-        coder = role_of["code"]
         coder_shown = list(shown)
         if "tests" in role_of or cfg.coder_writes_tests:
             if "tests" in role_of:
@@ -377,7 +398,7 @@ class TDD(Workflow[TDDConfig]):
                 ]
                 if review is not None:
                     sections.append(("review", review))
-            turn = await speak(coder, sections, revision)
+            turn = await speak(fixer if revision else coder, sections, revision)
             state.code.append(turn.message.content if turn.message else "")
             state.code_turns.append(len(episode.turns) - 1)
             context["report"], passing = await report(state.code[-1])
