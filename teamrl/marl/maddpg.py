@@ -27,6 +27,7 @@ import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -355,7 +356,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     finished_returns: list[np.ndarray] = []
     finished_lengths: list[np.ndarray] = []
     stats: dict[str, list[float]] = {"critic_loss": [], "actor_loss": [], "q_mean": []}
-    env_steps = last_log = last_checkpoint = 0
+    env_steps = last_log = 0
     last_train = cfg.learning_starts
     start = time.perf_counter()
 
@@ -429,10 +430,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
             stats = {k: [] for k in stats}
             run.log(env_steps, metrics)
-            run.progress(env_steps)
-        if env_steps - last_checkpoint >= cfg.checkpoint_every:
-            run.save_checkpoint(checkpoint(env_steps))
-            last_checkpoint = env_steps
+        run.after_update(env_steps, cfg.checkpoint_every, partial(checkpoint, env_steps))
 
     return run.finish(env, checkpoint(env_steps), env_steps, start)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -346,7 +347,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         v = critics[i](critic_in)
         return cast(Critic, critics[i]).norm.denormalize(v) if cfg.value_norm else v
 
-    def checkpoint(env_steps: int) -> dict[str, Any]:
+    def checkpoint(env_steps: int, iteration: int) -> dict[str, Any]:
+        """Everything a resumed run needs; ``iteration``: the updates done."""
         return {
             "algorithm": "mappo" if cfg.centralised_critic else "ippo",
             "config": cfg.model_dump(),
@@ -355,6 +357,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             "actors": [a.state_dict() for a in actors],
             "critics": [c.state_dict() for c in critics],
             "env_steps": env_steps,
+            "iteration": iteration,
+            "optimizer": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
         }
 
     # rollout storage: per group, tensors [T, B, k, ...]; per copy, terminated / done [T, B, 1]
@@ -376,15 +381,17 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     ]
     terminated, done = zeros(1), zeros(1)
 
-    step = env.reset(seed=cfg.seed)
+    env_steps, first_iteration = 0, 0
+    if run.resume is not None:  # the networks, optimizer and RNG of the checkpoint; fresh episodes
+        first_iteration, env_steps = restore(run.resume, actors, critics, optimizer, env.agents)
+    step = env.reset(seed=cfg.seed if run.resume is None else resume_seed(cfg.seed, env_steps))
     ep_return, ep_length = np.zeros((B, n_agents)), np.zeros(B, dtype=np.int64)
     finished_returns: list[np.ndarray] = []
     finished_lengths: list[np.ndarray] = []
-    env_steps, last_checkpoint = 0, 0
     iterations = -(-cfg.total_env_steps // (T * B))
     start = time.perf_counter()
 
-    for iteration in range(iterations):
+    for iteration in range(first_iteration, iterations):
         if cfg.anneal_lr:
             for param_group in optimizer.param_groups:
                 param_group["lr"] = cfg.lr * (1.0 - iteration / iterations)
@@ -477,16 +484,54 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
 
         # ---- log, checkpoint
         metrics = {key: float(np.mean(vals)) for key, vals in stats.items()}
-        metrics["agent_steps_per_s"] = env_steps * n_agents / (time.perf_counter() - start)
+        done_steps = (iteration + 1 - first_iteration) * T * B
+        metrics["agent_steps_per_s"] = done_steps * n_agents / (time.perf_counter() - start)
         metrics["lr"] = optimizer.param_groups[0]["lr"]
         metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
         run.log(env_steps, metrics)
-        run.progress(env_steps)
-        if env_steps - last_checkpoint >= cfg.checkpoint_every:
-            run.save_checkpoint(checkpoint(env_steps))
-            last_checkpoint = env_steps
+        run.after_update(env_steps, cfg.checkpoint_every, partial(checkpoint, env_steps, iteration + 1))
 
-    return run.finish(env, checkpoint(env_steps), env_steps, start)
+    return run.finish(env, checkpoint(env_steps, max(iterations, first_iteration)), env_steps, start)
+
+
+RESUMABLE = True  # teamrl marl train --resume
+
+
+def resume_seed(seed: int, env_steps: int) -> int:
+    """The env seed of a run resumed at ``env_steps``: new episodes, not a replay of the first ones."""
+    return (seed * 1_000_003 + env_steps) % 2**31
+
+
+def restore_check(checkpoint: dict[str, Any]) -> None:
+    """ValueError unless ``checkpoint`` can be resumed from (one written before resuming was possible has
+    no optimizer)."""
+    missing = [k for k in ("optimizer", "iteration", "torch_rng") if k not in checkpoint]
+    if missing:
+        raise ValueError(
+            f"the checkpoint has no {', '.join(missing)} (written by an older teamrl): it can be evaluated, "
+            "not resumed"
+        )
+
+
+def restore(
+    checkpoint: dict[str, Any],
+    actors: nn.ModuleList,
+    critics: nn.ModuleList,
+    optimizer: Any,
+    agents: list[str],
+) -> tuple[int, int]:
+    """Load a checkpoint's networks (value normalisers included), optimizer and torch RNG; (updates done,
+    env steps done). A checkpoint written before resuming was possible has no optimizer: refused."""
+    restore_check(checkpoint)
+    if list(checkpoint["agents"]) != list(agents):
+        raise ValueError(f"the checkpoint's agents {checkpoint['agents']} are not the env's {list(agents)}")
+    for module, state in zip(actors, checkpoint["actors"], strict=True):
+        module.load_state_dict(state)
+    for module, state in zip(critics, checkpoint["critics"], strict=True):
+        module.load_state_dict(state)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    torch.set_rng_state(checkpoint["torch_rng"])
+    return int(checkpoint["iteration"]), int(checkpoint["env_steps"])
 
 
 # ---------------------------------------------------------------------------------------------- actor

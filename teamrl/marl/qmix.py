@@ -29,6 +29,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -480,7 +481,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     finished_returns: list[np.ndarray] = []
     finished_lengths: list[np.ndarray] = []
     stats: dict[str, list[float]] = {"loss": [], "q_taken_mean": [], "target_mean": [], "grad_norm": []}
-    env_steps = episodes = last_log = last_checkpoint = last_target_copy = 0
+    env_steps = episodes = last_log = last_target_copy = 0
     update_credit = 0.0
     reward_stats = RunningMeanStd()  # of the (scaled) team reward, for standardise_rewards
     start = time.perf_counter()
@@ -560,10 +561,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
             stats = {k: [] for k in stats}
             run.log(env_steps, metrics)
-            run.progress(env_steps)
-        if env_steps - last_checkpoint >= cfg.checkpoint_every:
-            run.save_checkpoint(checkpoint(env_steps))
-            last_checkpoint = env_steps
+        run.after_update(env_steps, cfg.checkpoint_every, partial(checkpoint, env_steps))
 
     return {**run.finish(env, checkpoint(env_steps), env_steps, start), "episodes": episodes}
 

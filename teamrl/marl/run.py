@@ -8,6 +8,17 @@ far (one step of one copy = one env step; agent-steps = env steps x number of ag
 can write. Episode returns are logged as ``return/mean`` (summed over agents, undiscounted, whole
 episodes), ``return/<agent>`` and ``episode_length``; the definition is written to the run's
 ``metrics_definition.json`` so published numbers can be compared on the same scale.
+
+After each update an algorithm calls ``run.after_update(env_steps, checkpoint_every, make_checkpoint)``:
+the bar moves, a checkpoint is saved every ``checkpoint_every`` env steps, and, with an ``evaluator``, the
+deterministic policy is evaluated every ``eval_every`` env steps on the same fixed episodes (logged as
+``eval/return/mean``, ``eval/return/std``, ``eval/episode_length``: the evaluation curve). An evaluation runs
+under ``torch.random.fork_rng``, so it changes nothing in training.
+
+A resumed run (``teamrl marl train --resume``) passes the checkpoint it resumes from as ``resume``; a module
+that can resume (``RESUMABLE = True``) restores its state from it. The log rows written after that
+checkpoint (work the resumed run does again) move to ``metrics.discarded.jsonl``, and TensorBoard purges
+its events after that step.
 """
 
 from __future__ import annotations
@@ -40,25 +51,52 @@ class RunContext:
         show_progress: bool = True,
         tensorboard: bool = True,
         extra_definition: str = "",
+        evaluator: Callable[[dict[str, Any]], dict[str, float]] | None = None,
+        eval_every: int = 0,
+        resume: dict[str, Any] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.make_env = make_env  # (num_envs, seed) -> VecMultiAgentEnv
         self.total_steps = total_steps
         self.history: list[dict[str, Any]] = []
+        self.evaluator = evaluator  # checkpoint -> evaluate()'s result
+        self.eval_every = eval_every  # env steps between evaluations (0: none during training)
+        self.resume = resume  # the checkpoint a resumed run starts from
+        start = int(resume.get("env_steps", 0)) if resume is not None else 0
+        self._last_checkpoint = self._last_eval = start
         self._log = self._tb = self._bar = None
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._log = JsonlLog(self.run_dir / "metrics.jsonl")
+            if resume is not None:
+                self.history = self._keep_rows_up_to(start)
             definition = {"returns": RETURN_DEFINITION, "env": extra_definition}
             atomic_write_text(self.run_dir / "metrics_definition.json", json.dumps(definition, indent=1))
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(self.run_dir / "tb"))
+                purge = {"purge_step": start + 1} if resume is not None else {}
+                self._tb = SummaryWriter(str(self.run_dir / "tb"), **purge)
         if show_progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, mininterval=1.0)
+            self._bar = tqdm(
+                total=total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=1.0
+            )
+
+    def _keep_rows_up_to(self, step: int) -> list[dict[str, Any]]:
+        """Resuming from the checkpoint at ``step``: keep the log rows up to it, move the later ones (and
+        unreadable lines) to ``metrics.discarded.jsonl``; the kept rows."""
+        assert self._log is not None and self.run_dir is not None
+        rows = self._log.lines()
+        kept = [r for r in rows if r is not None and int(r.get("step", 0)) <= step]
+        dropped = [r if r is not None else {"unreadable": True} for r in rows if r is None or r not in kept]
+        if dropped:
+            discarded = JsonlLog(self.run_dir / "metrics.discarded.jsonl")
+            for row in dropped:
+                discarded.append({**row, "discarded_on_resume_from": step})
+            atomic_write_text(self._log.path, "".join(json.dumps(r) + "\n" for r in kept))
+        return kept
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
@@ -75,6 +113,32 @@ class RunContext:
     def progress(self, step: int) -> None:
         if self._bar is not None:
             self._bar.update(max(0, int(step) - self._bar.n))
+
+    def after_update(
+        self, env_steps: int, checkpoint_every: int, make_checkpoint: Callable[[], dict[str, Any]]
+    ) -> None:
+        """Move the bar; save a checkpoint when ``checkpoint_every`` env steps have passed since the last
+        one, and evaluate when ``eval_every`` have passed since the last evaluation."""
+        self.progress(env_steps)
+        checkpoint = None
+        if env_steps - self._last_checkpoint >= checkpoint_every:
+            checkpoint = make_checkpoint()
+            self.save_checkpoint(checkpoint)
+            self._last_checkpoint = env_steps
+        if self.evaluator is not None and self.eval_every and env_steps - self._last_eval >= self.eval_every:
+            self.evaluate(env_steps, checkpoint if checkpoint is not None else make_checkpoint())
+
+    def evaluate(self, env_steps: int, checkpoint: dict[str, Any]) -> None:
+        """One point of the evaluation curve (nothing without an evaluator); training's RNG untouched."""
+        if self.evaluator is None:
+            return
+        import torch
+
+        with torch.random.fork_rng():
+            result = self.evaluator(checkpoint)
+        keys = ("return/mean", "return/std", "episode_length")
+        self.log(env_steps, {f"eval/{k}": result[k] for k in keys if k in result})
+        self._last_eval = env_steps
 
     def save_checkpoint(self, obj: Any, name: str = "checkpoint.pt") -> Path | None:
         """``torch.save`` to a temp file, then rename: a killed run keeps the previous checkpoint."""
@@ -99,6 +163,8 @@ class RunContext:
         env.close()
         elapsed = time.perf_counter() - start
         self.save_checkpoint(final)
+        if self.evaluator is not None and self.eval_every and self._last_eval != env_steps:
+            self.evaluate(env_steps, final)  # the curve's last point is the final policy
         returns = [r["return/mean"] for r in self.history if "return/mean" in r]
         return {
             "env_steps": env_steps,
@@ -135,7 +201,8 @@ def episode_metrics(
 
 def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mean") -> None:
     rows = [r for r in history if key in r and math.isfinite(r[key])]
-    if not rows:
+    evals = [r for r in history if f"eval/{key}" in r and math.isfinite(r[f"eval/{key}"])]
+    if not rows and not evals:
         return
     import matplotlib
 
@@ -143,7 +210,14 @@ def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mea
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([r["step"] for r in rows], [r[key] for r in rows])
+    ax.plot([r["step"] for r in rows], [r[key] for r in rows], label="training episodes (sampled)")
+    if evals:
+        mean = np.array([r[f"eval/{key}"] for r in evals])
+        std = np.array([r.get("eval/return/std", 0.0) for r in evals])
+        steps = [r["step"] for r in evals]
+        ax.plot(steps, mean, "o-", label="evaluation (deterministic, fixed episodes)")
+        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+        ax.legend(fontsize=8)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(key + " (summed over agents)")
     ax.grid(alpha=0.3)

@@ -22,6 +22,7 @@ import difflib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -156,6 +157,27 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
+EVAL_POINTS = 10  # evaluations during a run when eval_every is not given
+EVAL_EPISODES = 32  # episodes of each evaluation during training (the final one: --episodes)
+
+
+def periodic_evaluator(
+    module: ModuleType, env: str, env_kwargs: dict[str, Any], episodes: int
+) -> Callable[[dict[str, Any]], dict[str, float]]:
+    """checkpoint -> the deterministic policy's return on the same ``episodes`` episodes every time (the
+    env reset with :data:`EVAL_SEED`, built on first use and kept)."""
+    from teamrl.marl.evaluate import evaluate
+
+    made: list[Any] = []
+
+    def run(checkpoint: dict[str, Any]) -> dict[str, float]:
+        if not made:
+            made.append(make_env_factory(env, env_kwargs)(min(episodes, 256), EVAL_SEED))
+        return evaluate(module.make_actor(checkpoint, deterministic=True), made[0], episodes, seed=EVAL_SEED)
+
+    return run
+
+
 def train(
     algo: str,
     env: str,
@@ -164,8 +186,12 @@ def train(
     episodes: int = 50,
     show_progress: bool = True,
     print_table: bool = False,
+    eval_every: int | None = None,
+    eval_episodes: int = EVAL_EPISODES,
 ) -> dict[str, Any]:
-    """Train ``algo`` on ``env``, write the run directory, evaluate the final policy; returns a summary."""
+    """Train ``algo`` on ``env``, write the run directory, evaluate the final policy; returns a summary.
+    ``eval_every``: env steps between evaluations during training (None: :data:`EVAL_POINTS` over the
+    run; 0: none), each on ``eval_episodes`` fixed episodes."""
     from teamrl.marl.envs.user import label, normalize
 
     env = normalize(env)
@@ -175,37 +201,115 @@ def train(
         run_dir = Path(DEFAULT_OUT) / f"{algo}__{label(env)}__s{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(run_dir)
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise ConfigError(f"{run_dir} exists and is not empty; pick another --name or --out")
+        raise ConfigError(
+            f"{run_dir} exists and is not empty; pick another --name or --out (or --resume {run_dir})"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
+    if eval_every is None:
+        eval_every = max(1, cfg.total_env_steps // EVAL_POINTS)
     resolved = {
         "algorithm": algo,
         "env": env,
         "env_kwargs": env_kwargs,
         "config": cfg.model_dump(mode="json"),
+        "eval_every": eval_every,
+        "eval_episodes": eval_episodes,
     }
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+    return _run(module, cfg, resolved, run_dir, episodes, show_progress, print_table, resume=None)
 
+
+def _run(
+    module: ModuleType,
+    cfg: Any,
+    resolved: dict[str, Any],
+    run_dir: Path,
+    episodes: int,
+    show_progress: bool,
+    print_table: bool,
+    resume: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Train (from scratch, or from the ``resume`` checkpoint) in ``run_dir``, then evaluate."""
     import torch
 
     from teamrl.marl.run import RunContext
 
+    env, env_kwargs = resolved["env"], resolved["env_kwargs"]
+    eval_every = int(resolved.get("eval_every", 0))
     torch.set_num_threads(getattr(cfg, "threads", 1))
     make_env = make_env_factory(env, env_kwargs)
+    evaluator = periodic_evaluator(module, env, env_kwargs, int(resolved.get("eval_episodes", EVAL_EPISODES)))
     run = RunContext(
         run_dir,
         make_env,
         cfg.total_env_steps,
         show_progress=show_progress,
         extra_definition=f"env {env} {env_kwargs}",
+        evaluator=evaluator if eval_every else None,
+        eval_every=eval_every,
+        resume=resume,
     )
     try:
         result = module.train(cfg, run)
     finally:
         run.close()
     train_stats = {k: v for k, v in result.items() if isinstance(v, int | float)}
-    summary = {"run_dir": str(run_dir), "algorithm": algo, "env": env, "train": train_stats}
+    summary = {"run_dir": str(run_dir), "algorithm": resolved["algorithm"], "env": env, "train": train_stats}
     summary["eval"] = evaluate_run(run_dir, episodes, train_stats=train_stats, print_table=print_table)
     return summary
+
+
+def resume_run(
+    run_dir: str | Path,
+    overrides: dict[str, Any] | None = None,
+    episodes: int = 50,
+    show_progress: bool = True,
+    print_table: bool = False,
+) -> dict[str, Any]:
+    """Continue a ``teamrl marl train`` run from its last checkpoint, in place, with the config it was
+    started with; ``overrides`` may only raise ``total_env_steps`` (to train a finished run further). The
+    networks, optimizer, value normalisers, update count, learning-rate schedule and torch RNG continue;
+    the episodes in progress at the checkpoint are not: the envs start fresh episodes (from a seed
+    derived from the run's seed and step). Not bit-identical to an uninterrupted run."""
+    import torch
+
+    run_dir = Path(run_dir)
+    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoint.pt"
+    for path in (config_path, ckpt_path):
+        if not path.is_file():
+            raise ConfigError(f"{path} not found; is {run_dir} a `teamrl marl train` run directory?")
+    resolved = yaml.safe_load(config_path.read_text())
+    algo = resolved["algorithm"]
+    module, _ = algorithm(algo)
+    if not getattr(module, "RESUMABLE", False):
+        able = sorted(name for name in ALGORITHMS if getattr(algorithm(name)[0], "RESUMABLE", False))
+        raise ConfigError(f"--resume is not supported for {algo} yet (it is for {', '.join(able)})")
+    overrides = dict(overrides or {})
+    fixed = sorted(k for k in overrides if k != "total_env_steps")
+    if fixed:
+        raise ConfigError(
+            f"a resumed run keeps the config it was started with; only total_env_steps may be set (got "
+            f"{', '.join(fixed)})"
+        )
+    try:
+        cfg = module.Config(**{**resolved["config"], **overrides})
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, algo, module.Config, {})) from None
+    checkpoint = torch.load(ckpt_path, weights_only=False)
+    done = int(checkpoint.get("env_steps", 0))
+    if done >= cfg.total_env_steps:
+        raise ConfigError(
+            f"{run_dir} has trained its {cfg.total_env_steps:,} env steps already (checkpoint at {done:,}); "
+            "to train further: --resume with --set total_env_steps=N, N larger"
+        )
+    try:
+        # refuses an old checkpoint (no optimizer) before anything in the run directory changes
+        module.restore_check(checkpoint)
+    except ValueError as exc:
+        raise ConfigError(f"cannot resume {run_dir}: {exc}") from None
+    resolved["config"] = cfg.model_dump(mode="json")
+    atomic_write_text(config_path, yaml.safe_dump(resolved, sort_keys=False))
+    return _run(module, cfg, resolved, run_dir, episodes, show_progress, print_table, resume=checkpoint)
 
 
 def evaluate_run(
@@ -285,16 +389,38 @@ def cmd_train(args: argparse.Namespace) -> int:
     from teamrl.marl.envs.user import label
 
     overrides = parse_sets(args.set)
-    name = args.name
-    if name is None:
-        seed = overrides.get("seed", 0)
-        name = f"{args.algo}__{label(args.env)}__s{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(args.out) / name
+    if args.resume is not None:
+        given = [flag for flag, v in (("--algo", args.algo), ("--env", args.env), ("--name", args.name)) if v]
+        if given:
+            raise ConfigError(f"--resume continues a run with its own config: drop {', '.join(given)}")
+        run_dir = Path(args.resume)
+    else:
+        missing = [flag for flag, v in (("--algo", args.algo), ("--env", args.env)) if not v]
+        if missing:
+            raise ConfigError(f"teamrl marl train needs {' and '.join(missing)} (or --resume RUN_DIR)")
+        name = args.name
+        if name is None:
+            seed = overrides.get("seed", 0)
+            name = f"{args.algo}__{label(args.env)}__s{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = Path(args.out) / name
     try:
-        train(args.algo, args.env, overrides, run_dir, args.episodes, print_table=True)
+        if args.resume is not None:
+            resume_run(run_dir, overrides, args.episodes, print_table=True)
+        else:
+            train(
+                args.algo,
+                args.env,
+                overrides,
+                run_dir,
+                args.episodes,
+                print_table=True,
+                eval_every=args.eval_every,
+                eval_episodes=args.eval_episodes,
+            )
     except KeyboardInterrupt:
         print(
-            f"\ninterrupted; the last checkpoint is in {run_dir} (teamrl marl eval {run_dir})",
+            f"\ninterrupted; the last checkpoint is in {run_dir} (teamrl marl eval {run_dir}; "
+            f"teamrl marl train --resume {run_dir})",
             file=sys.stderr,
         )
         return 130
@@ -311,10 +437,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     marl = sub.add_parser("marl", help="classic multi-agent RL: IPPO, MAPPO, QMIX, VDN, MADDPG")
     msub = marl.add_subparsers(dest="marl_command", required=True)
     p = msub.add_parser("train", help="train an algorithm on a vectorised multi-agent env")
-    p.add_argument("--algo", required=True, help=f"one of {', '.join(sorted(ALGORITHMS))}")
+    p.add_argument("--algo", help=f"one of {', '.join(sorted(ALGORITHMS))}")
     p.add_argument(
         "--env",
-        required=True,
         help="an env name known to teamrl.marl.envs.make_vec_env, or your own PettingZoo ParallelEnv: "
         "package.module:factory or path/to/file.py:factory (factory(**env kwargs) -> ParallelEnv)",
     )
@@ -328,6 +453,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"parent of the run directory (default {DEFAULT_OUT})")
     p.add_argument("--name", help="run directory name (default: algo__env__seed__time)")
     p.add_argument("--episodes", type=int, default=50, help="episodes of the final evaluation")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help=f"env steps between evaluations during training, the evaluation curve (default: "
+        f"{EVAL_POINTS} over the run; 0: none)",
+    )
+    p.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=EVAL_EPISODES,
+        help=f"fixed episodes of each evaluation during training (default {EVAL_EPISODES})",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue RUN_DIR from its last checkpoint with its own config (--set total_env_steps=N to "
+        "train a finished run further); ippo and mappo",
+    )
     p.set_defaults(func=cmd_train)
     p = msub.add_parser("eval", help="evaluate a run's checkpoint with the deterministic policy")
     p.add_argument("run_dir")
