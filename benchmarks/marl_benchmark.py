@@ -19,6 +19,12 @@ uses one torch thread, in its own process).
     .venv/bin/python benchmarks/marl_benchmark.py speed [--env-steps 50000]
     .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 4000000]
         [--sb3-steps 720000] [--sb3-seeds 0 1 2] [--retrain-sb3] [--jobs 2] [--only mappo ...]
+    .venv/bin/python benchmarks/marl_benchmark.py baselines
+
+Every teamrl-side policy (random, the heuristic, each trained run) is evaluated on one episode set (the
+batched simple_spread, 50 copies reset with seed 12345, one episode each); tables give the mean +- std over
+seeds and, from every seed's episode returns, the interquartile mean and the mean with 95% bootstrap
+intervals (teamrl.marl.stats: seeds, then episodes, resampled; the rliable protocol).
 
 Results go to benchmarks/results/marl_speed.json and marl_learning.json (+ .png).
 """
@@ -41,8 +47,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "benchmarks" / "results"
 
-from benchmarks.marl_sb3_baseline import eval_heuristic, eval_random, train_sb3_ippo  # noqa: E402
-from teamrl.marl.evaluate import evaluate  # noqa: E402
+from benchmarks.marl_sb3_baseline import heuristic_action, train_sb3_ippo  # noqa: E402
+from teamrl.marl.evaluate import evaluate, random_actor  # noqa: E402
+from teamrl.marl.stats import summarize  # noqa: E402
 from teamrl.marl.train import EVAL_SEED, make_env_factory, resolve  # noqa: E402
 
 N_AGENTS = 3
@@ -78,9 +85,51 @@ def train_teamrl(algo: str, env: str, env_steps: int, seed: int, extra: dict[str
         "agent_steps_per_s": steps * N_AGENTS / wall,
         "agent_steps_per_cpu_s": steps * N_AGENTS / cpu,
     }
-    eval_env = make_env_factory("simple_spread" if env.startswith("mpe2:") else env, {})(50, EVAL_SEED)
-    ev = evaluate(module.make_actor(checkpoint, deterministic=True), eval_env, 50, seed=EVAL_SEED)
-    out.update(return_mean=ev["return/mean"], return_std=ev["return/std"])
+    ev = evaluate_on_episode_set(module.make_actor(checkpoint, deterministic=True))
+    out.update(return_mean=ev["return/mean"], return_std=ev["return/std"], returns=ev["returns"])
+    return out
+
+
+EPISODES = 50  # the episode set every teamrl-side policy is evaluated on: batched simple_spread, EVAL_SEED
+
+
+def evaluate_on_episode_set(actor: Any) -> dict[str, Any]:
+    """``actor`` on THE episode set of this benchmark: the batched simple_spread (step for step mpe2's),
+    ``EPISODES`` copies reset with ``EVAL_SEED``, one episode each. Random, the heuristic and every trained
+    policy play these same episodes."""
+    env = make_env_factory("simple_spread", {})(EPISODES, EVAL_SEED)
+    try:
+        return evaluate(actor, env, EPISODES, seed=EVAL_SEED)
+    finally:
+        env.close()
+
+
+def heuristic_actor(step: Any) -> dict[str, Any]:
+    """The assignment heuristic (``marl_sb3_baseline.heuristic_action``: own observation only), every copy."""
+    import numpy as np
+
+    return {
+        a: np.array([heuristic_action(int(a.split("_")[-1]), row) for row in obs], dtype=np.int64)
+        for a, obs in step.obs.items()
+    }
+
+
+def eval_baselines() -> dict[str, dict[str, Any]]:
+    """Random actions and the assignment heuristic on the benchmark's episode set."""
+    out = {}
+    for name, actor in (("random", None), ("heuristic", heuristic_actor)):
+        if actor is None:
+            env = make_env_factory("simple_spread", {})(EPISODES, EVAL_SEED)
+            actor = random_actor(env, seed=0)
+            env.close()
+        ev = evaluate_on_episode_set(actor)
+        out[name] = {
+            "return_mean": ev["return/mean"],
+            "return_std": ev["return/std"],
+            "episodes": EPISODES,
+            "returns": ev["returns"],
+            **summarize([ev["returns"]]),
+        }
     return out
 
 
@@ -133,8 +182,8 @@ def cmd_learning(args: argparse.Namespace) -> None:
     path = RESULTS / "marl_learning.json"
     res: dict[str, Any] = json.loads(path.read_text()) if args.only and path.is_file() else {}
     res.update(env_steps=args.env_steps, seeds=args.seeds, definition=DEFINITION)
-    res["random"] = eval_random(50)
-    res["heuristic"] = eval_heuristic(50)
+    res.update(eval_baselines())
+    res["episode_set"] = EPISODE_SET
     runs: list[tuple[str, str, int, list[int]]] = [
         ("mappo", "simple_spread", args.env_steps, args.seeds),
         ("mappo_at_sb3_budget", "simple_spread", args.sb3_steps, args.seeds),
@@ -157,16 +206,72 @@ def cmd_learning(args: argparse.Namespace) -> None:
             print(f"{name} seed {r['seed']}: {r['return_mean']:.1f} ({r['wall_s']:.0f} s)", flush=True)
             _write(path, res)
     res["sb3_ippo"] = _sb3_at(args.sb3_steps, args.sb3_seeds, args.retrain_sb3)
-    print(f"\n{'':20}{'env steps':>10}{'return (mean +- std over seeds)':>34}")
-    for name in ("random", "heuristic"):
-        print(f"{name:20}{'-':>10}{res[name]['return_mean']:>26.1f}")
-    for name in ("mappo", "mappo_at_sb3_budget", "sb3_ippo", "ippo", "qmix", "maddpg"):
+    summarize_runs(res)
+    print_table(res)
+    _write(path, res)
+    _plot(res, RESULTS / "marl_learning.png")
+
+
+EPISODE_SET = (
+    f"batched simple_spread (equal to mpe2 step for step), {EPISODES} copies reset with seed {EVAL_SEED}, "
+    "one episode each: random, the heuristic and every teamrl policy play the same episodes; SB3 IPPO is "
+    "evaluated by marl_sb3_baseline.py on mpe2 seeds 10000-10049 (another set of 50)"
+)
+TRAINED = ("mappo", "mappo_at_sb3_budget", "sb3_ippo", "ippo", "qmix", "maddpg")
+
+
+def summarize_runs(res: dict[str, Any]) -> None:
+    """``<name>_summary`` per trained algorithm: mean +- std over seeds, and, where every seed kept its
+    episodes' returns, the IQM and mean of all seeds' episodes with 95% bootstrap intervals (runs, then
+    episodes, resampled: teamrl.marl.stats)."""
+    for name in TRAINED:
         if not res.get(name):
             continue
         m, s = _mean_std([r["return_mean"] for r in res[name]])
-        steps = res[name][0]["env_steps"]
-        res[f"{name}_summary"] = {"mean": m, "std": s, "n": len(res[name]), "env_steps": steps}
-        print(f"{name:20}{steps:>10}{m:>26.1f} +- {s:.1f} (n={len(res[name])})")
+        summary: dict[str, Any] = {
+            "mean": m,
+            "std": s,
+            "n": len(res[name]),
+            "env_steps": res[name][0]["env_steps"],
+        }
+        if all(r.get("returns") for r in res[name]):
+            full = summarize([r["returns"] for r in res[name]])
+            summary.update({k: full[k] for k in ("iqm", "iqm_ci", "mean_ci", "episodes")})
+        res[f"{name}_summary"] = summary
+
+
+def print_table(res: dict[str, Any]) -> None:
+    def ci(low_high: list[float] | None) -> str:
+        return "-" if not low_high else f"[{low_high[0]:.1f}, {low_high[1]:.1f}]"
+
+    print(
+        f"\n{'':20}{'env steps':>10}{'mean +- std over seeds':>26}{'IQM':>8}"
+        f"{'IQM 95% CI':>16}{'mean 95% CI':>16}"
+    )
+    for name in ("random", "heuristic"):
+        r = res[name]
+        print(
+            f"{name:20}{'-':>10}{r['return_mean']:>17.1f}{'':9}{r.get('iqm', float('nan')):>8.1f}"
+            f"{ci(r.get('iqm_ci')):>16}{ci(r.get('mean_ci')):>16}"
+        )
+    for name in TRAINED:
+        if f"{name}_summary" not in res:
+            continue
+        r = res[f"{name}_summary"]
+        print(
+            f"{name:20}{r['env_steps']:>10}{r['mean']:>17.1f} +- {r['std']:<4.1f}{'':2}"
+            f"{r.get('iqm', float('nan')):>8.1f}{ci(r.get('iqm_ci')):>16}{ci(r.get('mean_ci')):>16}"
+        )
+
+
+def cmd_baselines(args: argparse.Namespace) -> None:
+    """Re-evaluate random and the heuristic on the episode set, keeping marl_learning.json's runs."""
+    path = RESULTS / "marl_learning.json"
+    res: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    res.update(eval_baselines())
+    res["episode_set"] = EPISODE_SET
+    summarize_runs(res)
+    print_table(res)
     _write(path, res)
     _plot(res, RESULTS / "marl_learning.png")
 
@@ -241,6 +346,8 @@ def main() -> None:
         help="train only these; keep the other algorithms' runs from marl_learning.json",
     )
     p.set_defaults(func=cmd_learning)
+    p = sub.add_parser("baselines", help="random and the heuristic on the episode set (seconds)")
+    p.set_defaults(func=cmd_baselines)
     args = parser.parse_args()
     args.func(args)
 

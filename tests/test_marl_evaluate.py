@@ -60,6 +60,7 @@ def test_evaluation_counts_a_fixed_set_of_episodes(copies: int, episodes: int) -
     assert out["episodes"] == episodes
     assert out["episode_length"] == pytest.approx(np.mean(want))
     assert out["return/mean"] == pytest.approx(np.mean(want)) == pytest.approx(out["return/a"])
+    assert out["returns"] == want  # every counted episode, copy by copy, in order
 
 
 def test_first_to_finish_would_have_been_biased() -> None:

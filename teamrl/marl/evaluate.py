@@ -12,9 +12,11 @@ from teamrl.marl.core import VecMultiAgentEnv, VecStep
 Actor = Callable[[VecStep], dict[str, np.ndarray]]
 
 
-def evaluate(actor: Actor, env: VecMultiAgentEnv, episodes: int, seed: int = 12345) -> dict[str, float]:
-    """Play ``episodes`` episodes; returns mean/std of the return summed over agents, the per-agent means
-    and the mean episode length.
+def evaluate(actor: Actor, env: VecMultiAgentEnv, episodes: int, seed: int = 12345) -> dict[str, Any]:
+    """Play ``episodes`` episodes; returns mean/std of the return summed over agents, the per-agent means,
+    the mean episode length and ``returns``, every counted episode's return (copy by copy, each copy's
+    episodes in order: the same list, in the same order, for every policy evaluated on the same env and
+    seed, so policies can be compared episode by episode and aggregated with ``teamrl.marl.stats``).
 
     Unbiased for envs whose episodes vary in length: the counted episodes are fixed before play, the
     first ``episodes // B`` of every copy (one more for the first ``episodes % B`` copies), not the first
@@ -30,6 +32,7 @@ def evaluate(actor: Actor, env: VecMultiAgentEnv, episodes: int, seed: int = 123
     running = {a: np.zeros(B) for a in env.agents}
     length = np.zeros(B, dtype=np.int64)
     totals: list[float] = []
+    by_copy: list[list[float]] = [[] for _ in range(B)]
     per_agent: dict[str, list[float]] = {a: [] for a in env.agents}
     lengths: list[int] = []
     while (counted < quota).any():
@@ -40,6 +43,7 @@ def evaluate(actor: Actor, env: VecMultiAgentEnv, episodes: int, seed: int = 123
         for i in np.flatnonzero(step.done):
             if counted[i] < quota[i]:
                 totals.append(float(sum(running[a][i] for a in env.agents)))
+                by_copy[i].append(totals[-1])
                 for a in env.agents:
                     per_agent[a].append(float(running[a][i]))
                 lengths.append(int(length[i]))
@@ -47,13 +51,14 @@ def evaluate(actor: Actor, env: VecMultiAgentEnv, episodes: int, seed: int = 123
             for a in env.agents:
                 running[a][i] = 0.0
             length[i] = 0
-    out = {
+    out: dict[str, Any] = {
         "return/mean": float(np.mean(totals)),
         "return/std": float(np.std(totals)),
         "episode_length": float(np.mean(lengths)),
         "episodes": float(len(totals)),
     }
     out.update({f"return/{a}": float(np.mean(v)) for a, v in per_agent.items()})
+    out["returns"] = [r for copy in by_copy for r in copy]
     return out
 
 

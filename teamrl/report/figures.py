@@ -394,6 +394,12 @@ def marl_return(run: Run) -> bytes | None:
         )
     xs, ys = series(rows, "return/mean")
     _noisy_line(ax, xs, ys, "#000000", "team (sum over agents)")
+    evals = [r for r in run.rows if "eval/return/mean" in r]
+    if evals:  # the evaluation curve (teamrl marl train --eval-every): fixed episodes, deterministic policy
+        xs, ys = series(evals, "eval/return/mean")
+        ax.plot(
+            xs, ys, "o-", color="#d62728", markersize=3, linewidth=1.2, label="evaluation (deterministic)"
+        )
     ev = run.eval_result or {}
     if isinstance(ev.get("return/mean"), int | float):
         ax.axhline(

@@ -367,7 +367,7 @@ def marl_section(run: Run, rid: str, charts: list[Chart]) -> str:
         rows = [
             [escape(k), _value(v)]
             for k, v in run.eval_result.items()
-            if not isinstance(v, dict) and k != "definition"
+            if not isinstance(v, dict | list) and k != "definition"  # not the per-episode returns
         ]
         html.append("<h3>Evaluation (eval.json)</h3>" + _table(["", "value"], rows))
     html.append(_config(run))
