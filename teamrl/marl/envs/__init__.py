@@ -4,6 +4,10 @@
   mpe2 step by step), ``kwargs`` go to the scenario (e.g. ``N``, ``local_ratio``, ``max_cycles``);
 * ``mpe2:<module>`` (e.g. ``mpe2:simple_spread_v3``): any mpe2 env through :class:`PettingZooVecEnv`,
   ``kwargs`` go to its ``parallel_env``;
+* ``lbf:<id>``, ``rware:<id>`` (e.g. ``lbf:Foraging-8x8-2p-3f-v3``, ``rware:rware-tiny-2ag-v2``): Level-Based
+  Foraging and the multi-robot warehouse (pip ``lbforaging``, ``rware``) through
+  :class:`~teamrl.marl.envs.gym_tuple.GymTupleParallelEnv` and :class:`PettingZooVecEnv`, ``kwargs`` to
+  ``gymnasium.make``;
 * ``connect_four``, ``tictactoe``: PettingZoo classic games through :class:`TurnBasedVecEnv`;
 * ``package.module:factory`` or ``path/to/file.py:factory``: the user's own PettingZoo ``ParallelEnv``
   (``factory(**kwargs)``) through :class:`PettingZooVecEnv` (see :mod:`teamrl.marl.envs.user`).
@@ -48,7 +52,10 @@ def _mpe2_modules() -> list[str]:
 
 def list_envs() -> list[str]:
     """Every name :func:`make_vec_env` accepts."""
-    return [*SCENARIOS, *(f"mpe2:{m}" for m in _mpe2_modules()), *TURN_BASED_GAMES]
+    from teamrl.marl.envs.gym_tuple import EXAMPLES
+
+    gym_tuple = [f"{prefix}:{example}" for prefix, example in EXAMPLES.items()]  # and every id of theirs
+    return [*SCENARIOS, *(f"mpe2:{m}" for m in _mpe2_modules()), *gym_tuple, *TURN_BASED_GAMES]
 
 
 def simple_spread_slots(env: VecMultiAgentEnv, kwargs: dict[str, Any]) -> tuple[int, int, int] | None:
@@ -76,6 +83,11 @@ def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: An
             if slots is not None:  # an attribute only some envs have (ppo reads it with getattr)
                 env.entity_slots = {a: slots for a in env.agents}  # type: ignore[attr-defined]
         return env
+    if name.partition(":")[0] in ("lbf", "rware"):
+        from teamrl.marl.envs import gym_tuple
+
+        gym_tuple.parallel_env(name, **kwargs).close()  # an unknown id or a missing package: one clear line
+        return PettingZooVecEnv(lambda: gym_tuple.parallel_env(name, **kwargs), num_envs, seed=seed)
     if name in TURN_BASED_GAMES:
         module = importlib.import_module(TURN_BASED_GAMES[name])
         return TurnBasedVecEnv(lambda: module.env(**kwargs), num_envs, seed=seed)
