@@ -31,7 +31,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 from gymnasium import spaces
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from teamrl.marl.core import VecMultiAgentEnv, VecStep
@@ -72,10 +72,27 @@ class Config(BaseModel):
         description="actor pools the env's interchangeable observation slots as a set (env.entity_slots)",
     )
     critic_hidden: list[int] | None = Field(None, description="critic hidden layer sizes (null: as hidden)")
+    recurrent: bool = Field(
+        False,
+        description="GRU actors and critics (recurrent MAPPO): the first hidden layer feeds a GRU cell of "
+        "the same width, whose state carries over steps and is reset where an episode ends; trained on whole "
+        "rollouts (rollout_steps long) from the state each began with, minibatches over env copies",
+    )
     activation: Literal["tanh", "relu"] = "relu"
     value_norm: bool = Field(True, description="running mean / std normalisation of value targets")
     checkpoint_every: int = Field(250_000, ge=1, description="env steps between checkpoints")
     threads: int = Field(1, ge=1, description="torch threads")
+
+    @model_validator(mode="after")
+    def _recurrent(self) -> Config:
+        if self.recurrent and self.entity_actor:
+            raise ValueError("recurrent and entity_actor cannot be combined yet: set one of them false")
+        if self.recurrent and self.minibatches > self.num_envs:
+            raise ValueError(
+                f"recurrent minibatches split the {self.num_envs} env copies: minibatches "
+                f"({self.minibatches}) may not exceed num_envs"
+            )
+        return self
 
 
 # Per-env defaults, applied over Config's and under the user's overrides by teamrl.marl.train. On
@@ -238,21 +255,60 @@ class EntityNet(nn.Module):
         return self.head(pooled)
 
 
-class Actor(nn.Module):
-    """Categorical over (masked) logits, or a diagonal Gaussian with a learned state-independent std."""
+class RecurrentNet(nn.Module):
+    """``x -> Linear + activation -> GRU cell -> MLP head``: :meth:`step` maps an input and the previous
+    state ``[..., width]`` to the output and the new state (any leading dims)."""
 
-    def __init__(self, g: GroupSpec, hidden: list[int], activation: str = "relu") -> None:
+    def __init__(self, in_dim: int, hidden: list[int], n_out: int, activation: str, out_gain: float) -> None:
+        super().__init__()
+        self.width = hidden[0]
+        self.embed = nn.Sequential(
+            mlp([in_dim, self.width], ACTIVATIONS[activation]), ACTIVATIONS[activation]()
+        )
+        self.gru = nn.GRUCell(self.width, self.width)
+        self.head = mlp([self.width, *hidden[1:], n_out], ACTIVATIONS[activation], out_gain=out_gain)
+
+    def step(self, x: torch.Tensor, h: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        lead = x.shape[:-1]
+        e = self.embed(x).reshape(-1, self.width)
+        h_in = None if h is None else h.reshape(-1, self.width)
+        h_out = self.gru(e, h_in).reshape(*lead, self.width)
+        return self.head(h_out), h_out
+
+
+class Actor(nn.Module):
+    """Categorical over (masked) logits, or a diagonal Gaussian with a learned state-independent std.
+    Recurrent (``recurrent``): :meth:`step` takes and returns the GRU state; :meth:`dist` and :meth:`mode`
+    are for feed-forward actors."""
+
+    def __init__(
+        self, g: GroupSpec, hidden: list[int], activation: str = "relu", recurrent: bool = False
+    ) -> None:
         super().__init__()
         self.discrete = g.discrete
-        if g.entities is not None:
+        self.recurrent = recurrent
+        if recurrent:
+            self.rnn = RecurrentNet(g.in_dim, hidden, g.n_out, activation, out_gain=0.01)
+        elif g.entities is not None:
             self.net: nn.Module = EntityNet(g.in_dim, g.entities, hidden, g.n_out, activation)
         else:
             self.net = mlp([g.in_dim, *hidden, g.n_out], ACTIVATIONS[activation], out_gain=0.01)
         if not g.discrete:
             self.log_std = nn.Parameter(torch.full((g.n_out,), -0.5))
 
+    def step(
+        self, x: torch.Tensor, h: torch.Tensor | None, mask: torch.Tensor | None = None
+    ) -> tuple[torch.distributions.Distribution, torch.Tensor | None]:
+        """(the action distribution, the new state): one step of a recurrent actor, or :meth:`dist`."""
+        if not self.recurrent:
+            return self.dist(x, mask), None
+        out, h = self.rnn.step(x, h)
+        return self._dist(out, mask), h
+
     def dist(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.distributions.Distribution:
-        out = self.net(x)
+        return self._dist(self.net(x), mask)
+
+    def _dist(self, out: torch.Tensor, mask: torch.Tensor | None) -> torch.distributions.Distribution:
         if self.discrete:
             if mask is not None:
                 out = out.masked_fill(~mask, MASKED_LOGIT)
@@ -260,26 +316,59 @@ class Actor(nn.Module):
         normal = torch.distributions.Normal(out, self.log_std.exp(), validate_args=False)
         return torch.distributions.Independent(normal, 1, validate_args=False)
 
-    def mode(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The most likely action (the deterministic policy)."""
-        out = self.net(x)
+    def mode(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, h: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The most likely action (the deterministic policy); recurrent: from state ``h`` (see
+        :meth:`mode_step`)."""
+        return self.mode_step(x, h, mask)[0]
+
+    def mode_step(
+        self, x: torch.Tensor, h: torch.Tensor | None, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the most likely action, the new state; None for a feed-forward actor)."""
+        if self.recurrent:
+            out, h = self.rnn.step(x, h)
+        else:
+            out, h = self.net(x), None
         if not self.discrete:
-            return out
+            return out, h
         if mask is not None:
             out = out.masked_fill(~mask, MASKED_LOGIT)
-        return out.argmax(-1)
+        return out.argmax(-1), h
 
 
 class Critic(nn.Module):
-    """One value per agent, on the normalised scale of ``norm`` (the running statistics of targets)."""
+    """One value per agent, on the normalised scale of ``norm`` (the running statistics of targets).
+    Recurrent: :meth:`step` takes and returns the GRU state."""
 
-    def __init__(self, in_dim: int, hidden: list[int], activation: str = "relu") -> None:
+    def __init__(
+        self, in_dim: int, hidden: list[int], activation: str = "relu", recurrent: bool = False
+    ) -> None:
         super().__init__()
-        self.net = mlp([in_dim, *hidden, 1], ACTIVATIONS[activation], out_gain=1.0)
+        self.recurrent = recurrent
+        if recurrent:
+            self.rnn = RecurrentNet(in_dim, hidden, 1, activation, out_gain=1.0)
+        else:
+            self.net = mlp([in_dim, *hidden, 1], ACTIVATIONS[activation], out_gain=1.0)
         self.norm = RunningMeanStd()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x).squeeze(-1)
+
+    def step(self, x: torch.Tensor, h: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.recurrent:
+            return self(x), None
+        out, h = self.rnn.step(x, h)
+        return out.squeeze(-1), h
+
+
+def reset_where(h: torch.Tensor | None, done: np.ndarray | torch.Tensor) -> torch.Tensor | None:
+    """``h`` ``[B, k, width]`` with the rows of the copies where ``done`` zeroed (a new episode begins)."""
+    if h is None:
+        return None
+    keep = 1.0 - torch.as_tensor(done, dtype=h.dtype).reshape(-1, 1, 1)
+    return h * keep
 
 
 # ----------------------------------------------------------------------------------------------- math
@@ -333,19 +422,31 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     B, T, n_agents = env.num_envs, cfg.rollout_steps, len(env.agents)
     groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
     state_dim = env.state_dim if cfg.centralised_critic else 0
-    actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation) for g in groups])
+    actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation, cfg.recurrent) for g in groups])
     critic_hidden = cfg.hidden if cfg.critic_hidden is None else cfg.critic_hidden
-    critics = nn.ModuleList([Critic(g.in_dim + state_dim, critic_hidden, cfg.activation) for g in groups])
+    critics = nn.ModuleList(
+        [Critic(g.in_dim + state_dim, critic_hidden, cfg.activation, cfg.recurrent) for g in groups]
+    )
     optimizer = torch.optim.Adam([*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5)
 
     def inputs(g: GroupSpec, obs: dict[str, np.ndarray], state: np.ndarray) -> tuple[torch.Tensor, ...]:
         x = group_obs(g, obs)
         return x, critic_input(x, state if cfg.centralised_critic else None)
 
-    def value(i: int, critic_in: torch.Tensor) -> torch.Tensor:
-        """The critic's value on the return scale."""
-        v = critics[i](critic_in)
-        return cast(Critic, critics[i]).norm.denormalize(v) if cfg.value_norm else v
+    def value(
+        i: int, critic_in: torch.Tensor, h: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The critic's value on the return scale, and its new state (recurrent; else None)."""
+        v, h = cast(Critic, critics[i]).step(critic_in, h)
+        return (cast(Critic, critics[i]).norm.denormalize(v) if cfg.value_norm else v), h
+
+    def initial_state(g: GroupSpec, width: int) -> torch.Tensor | None:
+        return torch.zeros(B, g.k, width) if cfg.recurrent else None
+
+    # the GRU states of the actors and critics as the next step begins (None: feed-forward)
+    h_actor = [initial_state(g, cfg.hidden[0]) for g in groups]
+    h_critic = [initial_state(g, critic_hidden[0]) for g in groups]
+    starts: list[dict[str, torch.Tensor]] = [{} for _ in groups]  # the states each rollout began with
 
     def checkpoint(env_steps: int, iteration: int) -> dict[str, Any]:
         """Everything a resumed run needs; ``iteration``: the updates done."""
@@ -381,6 +482,24 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     ]
     terminated, done = zeros(1), zeros(1)
 
+    def replay(i: int, g: GroupSpec, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Recurrent: the copies ``idx`` of group ``i`` replayed over the rollout from the states it began
+        with, the states reset where episodes ended: (log-probs, entropies, critic outputs on the
+        normalised scale), each ``[T * len(idx), k]`` in the flat rollout's order (step-major)."""
+        b, actor, critic = buf[i], cast(Actor, actors[i]), cast(Critic, critics[i])
+        ha: torch.Tensor | None = starts[i]["actor"][idx]
+        hc: torch.Tensor | None = starts[i]["critic"][idx]
+        logps, entropies, values = [], [], []
+        for t in range(T):
+            if t > 0:
+                ha, hc = reset_where(ha, done[t - 1, idx, 0]), reset_where(hc, done[t - 1, idx, 0])
+            dist, ha = actor.step(b["actor_in"][t, idx], ha, b["masks"][t, idx] if g.discrete else None)
+            logps.append(dist.log_prob(b["actions"][t, idx]))
+            entropies.append(dist.entropy())
+            v, hc = critic.step(b["critic_in"][t, idx], hc)
+            values.append(v)
+        return tuple(torch.cat(x) for x in (logps, entropies, values))  # type: ignore[return-value]
+
     env_steps, first_iteration = 0, 0
     if run.resume is not None:  # the networks, optimizer and RNG of the checkpoint; fresh episodes
         first_iteration, env_steps = restore(run.resume, actors, critics, optimizer, env.agents)
@@ -398,16 +517,22 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
 
         # ---- rollout: T steps of every copy, every agent
         with torch.no_grad():
+            if cfg.recurrent:
+                starts = [
+                    {"actor": cast(torch.Tensor, ha).clone(), "critic": cast(torch.Tensor, hc).clone()}
+                    for ha, hc in zip(h_actor, h_critic, strict=True)
+                ]
             for t in range(T):
                 actions: dict[str, np.ndarray] = {}
                 for i, g in enumerate(groups):
                     x, xc = inputs(g, step.obs, step.state)
                     mask = group_masks(g, step)
-                    dist = cast(Actor, actors[i]).dist(x, mask)
+                    dist, h_actor[i] = cast(Actor, actors[i]).step(x, h_actor[i], mask)
                     a = dist.sample()
                     b = buf[i]
                     b["actor_in"][t], b["critic_in"][t], b["actions"][t] = x, xc, a
-                    b["logp"][t], b["values"][t] = dist.log_prob(a), value(i, xc)
+                    b["logp"][t] = dist.log_prob(a)
+                    b["values"][t], h_critic[i] = value(i, xc, h_critic[i])
                     if g.discrete:
                         b["masks"][t] = True if mask is None else mask
                     actions.update(env_actions(g, a))
@@ -420,7 +545,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                     buf[i]["rewards"][t] = torch.from_numpy(rewards[:, g.index])
                     if cut.any() and step.final_obs is not None:  # bootstrap from the last observation
                         _, xc = inputs(g, step.final_obs, step.final_state)
-                        buf[i]["final_values"][t] = value(i, xc)
+                        buf[i]["final_values"][t] = value(i, xc, h_critic[i])[0]
+                    h_actor[i] = reset_where(h_actor[i], step.done)  # a new episode starts afresh
+                    h_critic[i] = reset_where(h_critic[i], step.done)
 
                 ep_return += rewards
                 ep_length += 1
@@ -435,7 +562,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             advantages, targets = [], []
             for i, g in enumerate(groups):
                 b = buf[i]
-                next_values = torch.cat([b["values"][1:], value(i, inputs(g, step.obs, step.state)[1])[None]])
+                after = value(i, inputs(g, step.obs, step.state)[1], h_critic[i])[0]
+                next_values = torch.cat([b["values"][1:], after[None]])
                 cut = (done - terminated).bool().expand_as(next_values)
                 next_values = torch.where(cut, b["final_values"], next_values)
                 adv, ret = gae(
@@ -446,28 +574,35 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 advantages.append(((adv - adv.mean()) / (adv.std() + 1e-8)).reshape(T * B, g.k))
                 targets.append(ret.reshape(T * B, g.k))
 
-        # ---- update: epochs x minibatches over the copy-steps, every group in one loss
+        # ---- update: epochs x minibatches over the copy-steps (recurrent: over the copies, each replayed
+        # over the whole rollout from the states it began with), every group in one loss
         flat = [{key: v.reshape(T * B, *v.shape[2:]) for key, v in b.items()} for b in buf]
         stats: dict[str, list[float]] = {}
         for _ in range(cfg.epochs):
-            for idx in torch.randperm(T * B).chunk(cfg.minibatches):
+            for idx in torch.randperm(B if cfg.recurrent else T * B).chunk(cfg.minibatches):
                 loss = torch.zeros(())
                 for i, g in enumerate(groups):
+                    if cfg.recurrent:
+                        picked = (torch.arange(T)[:, None] * B + idx[None, :]).reshape(-1)  # [T, m], flat
+                        logp, entropy_all, predicted = replay(i, g, idx)
+                    else:
+                        picked = idx
+                        dist = cast(Actor, actors[i]).dist(
+                            flat[i]["actor_in"][idx], flat[i]["masks"][idx] if g.discrete else None
+                        )
+                        logp, entropy_all = dist.log_prob(flat[i]["actions"][idx]), dist.entropy()
+                        predicted = critics[i](flat[i]["critic_in"][idx])
                     b = flat[i]
-                    dist = cast(Actor, actors[i]).dist(
-                        b["actor_in"][idx], b["masks"][idx] if g.discrete else None
-                    )
-                    logp = dist.log_prob(b["actions"][idx])
-                    entropy = dist.entropy().mean()
-                    pg_loss = policy_loss(logp, b["logp"][idx], advantages[i][idx], cfg.clip)
-                    target, old = targets[i][idx], b["values"][idx]
+                    entropy = entropy_all.mean()
+                    pg_loss = policy_loss(logp, b["logp"][picked], advantages[i][picked], cfg.clip)
+                    target, old = targets[i][picked], b["values"][picked]
                     if cfg.value_norm:
                         norm = cast(Critic, critics[i]).norm
                         target, old = norm.normalize(target), norm.normalize(old)
-                    v_loss = value_loss(critics[i](b["critic_in"][idx]), old, target, cfg.value_clip)
+                    v_loss = value_loss(predicted, old, target, cfg.value_clip)
                     loss = loss + pg_loss - cfg.ent_coef * entropy + v_loss
                     with torch.no_grad():
-                        log_ratio = logp - b["logp"][idx]
+                        log_ratio = logp - b["logp"][picked]
                         for key, val in (
                             ("loss/policy", pg_loss),
                             ("loss/value", v_loss),
@@ -546,16 +681,25 @@ def make_actor(
     ]
     actors = []
     for g, state in zip(groups, checkpoint["actors"], strict=True):
-        actor = Actor(g, cfg.hidden, cfg.activation)
+        actor = Actor(g, cfg.hidden, cfg.activation, cfg.recurrent)
         actor.load_state_dict(state)
         actors.append(actor.eval())
+    # recurrent: each group's GRU state, carried from call to call and reset where step.done says an
+    # episode ended (the first call starts from zeros); a new actor for every evaluation
+    states: list[torch.Tensor | None] = [None] * len(groups)
 
     @torch.no_grad()
     def act(step: VecStep) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
-        for g, actor in zip(groups, actors, strict=True):
+        for i, (g, actor) in enumerate(zip(groups, actors, strict=True)):
             x, mask = group_obs(g, step.obs), group_masks(g, step)
-            out.update(env_actions(g, actor.mode(x, mask) if deterministic else actor.dist(x, mask).sample()))
+            h = reset_where(states[i], step.done)
+            if deterministic:
+                a, states[i] = actor.mode_step(x, h, mask)
+            else:
+                dist, states[i] = actor.step(x, h, mask)
+                a = dist.sample()
+            out.update(env_actions(g, a))
         return out
 
     return act

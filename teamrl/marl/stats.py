@@ -36,7 +36,7 @@ def mean(x: Sequence[float] | np.ndarray) -> float:
     return float(a.mean())
 
 
-def _runs(scores: Sequence[Sequence[float]]) -> list[np.ndarray]:
+def _runs(scores: Sequence[Sequence[float] | np.ndarray]) -> list[np.ndarray]:
     runs = [np.asarray(r, dtype=np.float64).ravel() for r in scores]
     if not runs or any(r.size == 0 for r in runs):
         raise ValueError("scores: one non-empty list of episode returns per run")
@@ -44,7 +44,7 @@ def _runs(scores: Sequence[Sequence[float]]) -> list[np.ndarray]:
 
 
 def bootstrap_ci(
-    scores: Sequence[Sequence[float]],
+    scores: Sequence[Sequence[float] | np.ndarray],
     statistic: Statistic = iqm,
     reps: int = 2000,
     confidence: float = 0.95,
@@ -66,7 +66,9 @@ def bootstrap_ci(
     return float(low), float(high)
 
 
-def summarize(scores: Sequence[Sequence[float]], reps: int = 2000, seed: int = 0) -> dict[str, Any]:
+def summarize(
+    scores: Sequence[Sequence[float] | np.ndarray], reps: int = 2000, seed: int = 0
+) -> dict[str, Any]:
     """Mean and IQM of the pooled scores, each with its 95% bootstrap interval, and the per-run means."""
     runs = _runs(scores)
     pooled = np.concatenate(runs)

@@ -102,7 +102,8 @@ class GymTupleParallelEnv(ParallelEnv):
             done, truncated = False, True
         agents = list(self.agents)
         out_obs = self._obs(obs)
-        out_rewards = {a: float(r) for a, r in zip(self.possible_agents, rewards, strict=True)}
+        team_rewards: list[float] = list(rewards)  # type: ignore[call-overload]  # one per agent
+        out_rewards = {a: float(r) for a, r in zip(self.possible_agents, team_rewards, strict=True)}
         terminations = {a: bool(done) for a in agents}
         truncations = {a: bool(truncated) and not done for a in agents}
         if done or truncated:
