@@ -191,3 +191,33 @@ def test_revisions_not_learned_get_no_advantage():
     adv = learner().turn_advantages(eps, ("coder",))["coder"]
     assert adv[(0, 1)] == adv[(2, 1)] == adv[(2, 2)] == 0.0  # revisions: nothing to learn
     assert adv[(1, 0)] > adv[(2, 0)] > adv[(0, 0)]  # first versions by their own pass fraction, not rewards
+
+
+def test_anchored_turns_add_only_their_kl_and_do_not_dilute_the_learned_ones():
+    """anchor_unlearned: a group of equal rewards enters the update with the KL to the reference only. The
+    gradient equals the plain one plus kl_coef times the anchored turns' KL gradient over the learned
+    turns' token count (so the learned turns keep their weight); without KL nothing is anchored; a batch of
+    only anchors is still skipped."""
+    from teamrl.algorithms.grpo import kl_k3
+
+    eps = episodes({"t1": [1.0, 0.0, 0.5, 0.2], "t2": [0.4] * 4})
+    sets = ["algorithm.kl_coef=0.05", "algorithm.max_grad_norm=1e9"]  # no clipping: compare raw gradients
+    plain, anchored = learner(*sets), learner(*sets, "algorithm.anchor_unlearned=true")
+    stats = anchored.update(eps, ("coder",), step=0)
+    plain.update(eps, ("coder",), step=0)
+    assert stats["train/coder/anchored_turns"] == 4.0 and stats["train/coder/turns"] == 8.0
+    # one optimizer step (1 epoch, 1 minibatch): each policy's .grad is that step's gradient
+    extra = anchored.policies["default"].model.logits.grad - plain.policies["default"].model.logits.grad
+    start = TablePolicy()
+    anchors = [t for e in eps[4:] for t in e.turns]
+    logp, mask = start.token_logprobs("coder", [], [t.completion_ids for t in anchors], 0.7)
+    ref, _ = start.token_logprobs("ref_coder", [], [t.completion_ids for t in anchors], 0.7)
+    learned_tokens = sum(len(t.completion_ids) for e in eps[:4] for t in e.turns)
+    (0.05 * (kl_k3(logp, ref.float().double()) * mask).sum() / learned_tokens).backward()
+    want = start.model.logits.grad
+    assert want is not None and want.abs().max() > 1e-4
+    assert torch.allclose(extra, want, rtol=1e-5, atol=1e-9)
+    without_kl = learner("algorithm.kl_coef=0", "algorithm.anchor_unlearned=true")
+    assert "train/coder/anchored_turns" not in without_kl.update(eps, ("coder",), step=0)
+    only_anchors = learner(*sets, "algorithm.anchor_unlearned=true")
+    assert only_anchors.update(episodes({"t2": [0.4] * 4}), ("coder",), step=0)["train/coder/skipped"] == 1.0

@@ -38,6 +38,14 @@ class AlgorithmConfig(Strict):
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0)
     kl_coef: float = Field(0.01, ge=0)
+    anchor_unlearned: bool = Field(
+        False,
+        description="turns with no advantage (a group whose rewards are all equal, or turns not learned, as "
+        "test_driven's revisions with revision_credit: none) still enter the update, with the KL term to "
+        "the role's SFT snapshot only (kl_coef > 0): they anchor what the role does on them while its "
+        "other turns learn, instead of drifting with the shared adapter. Their tokens add KL, not weight: "
+        "the policy loss is still averaged over the learned turns' tokens",
+    )
     ppo_epochs: int = Field(2, ge=1, description="passes over each batch of episodes")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (the turns split evenly)")
     micro_batch: int = Field(64, ge=1)

@@ -147,14 +147,17 @@ class Learner:
         for role in roles:
             policy = self.policy_of(role)
             turns = {key: learned_turn(episodes[key[0]], key[1]) for key in adv[role]}
+            anchor = a.anchor_unlearned and a.kl_coef > 0  # zero-advantage turns kept for their KL
             items: list[_Sample] = [
                 _Sample(turns[key], value, turns[key].logprobs)
                 for key, value in adv[role].items()
-                if turns[key].completion_ids and abs(value) > 1e-8
+                if turns[key].completion_ids and (abs(value) > 1e-8 or anchor)
             ]
-            if not items:  # every group had equal rewards: nothing to learn from this batch
+            if not any(abs(s.advantage) > 1e-8 for s in items):  # equal rewards everywhere: nothing to learn
                 stats[f"train/{role}/skipped"] = 1.0
                 continue
+            if anchor:
+                stats[f"train/{role}/anchored_turns"] = float(sum(abs(s.advantage) <= 1e-8 for s in items))
             if policy.generation_backend is not None:
                 # The learner recomputes the behaviour log-probs: vLLM's come from other kernels (and,
                 # before vLLM 0.10.2, ignore the temperature), so its ratio would not start at 1.
@@ -197,7 +200,11 @@ class Learner:
     ) -> None:
         """One optimizer step on ``batch`` (micro-batched; token-mean loss over the whole batch)."""
         a = self.cfg.algorithm
-        total_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
+        # the token mean runs over the learned turns' tokens: anchored turns (no advantage, KL only: see
+        # AlgorithmSettings.anchor_unlearned) add their KL without diluting the others' policy gradient
+        learned = [s for s in batch if abs(s.advantage) > 1e-8] or batch
+        total_tokens = float(sum(len(s.turn.completion_ids) for s in learned))
+        all_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
         opt.zero_grad(set_to_none=True)
         for chunk in micro_batches(batch, a.micro_batch, a.micro_batch_tokens, sample_length):
             logp, mask = policy.token_logprobs(
@@ -222,7 +229,7 @@ class Learner:
             # policy_loss is already this chunk's part of the batch's token mean (divided by
             # total_tokens): the chunks' values add up to it. The other stats are means over the chunk's
             # own tokens, so they are weighted by its share of the tokens.
-            share = out.stats["num_tokens"] / total_tokens
+            share = out.stats["num_tokens"] / all_tokens
             for k, v in out.stats.items():
                 if k != "num_tokens":
                     agg[k] = agg.get(k, 0.0) + weight * (v if k == "policy_loss" else v * share)
