@@ -269,12 +269,55 @@ def cmd_play(args: argparse.Namespace) -> int:
         out = Path(args.run) / "episodes" / "play.jsonl"
     else:
         out = Path("runs") / "play" / f"{cfg.workflow.name.replace('/', '_').replace(':', '_')}.jsonl"
+    run = Path(args.run) if args.run else None
+    if args.web:
+        return _play_web(args, cfg, run, out)
     try:
-        played = play(cfg, args.seat, Path(args.run) if args.run else None, args.episodes, args.split, out)
+        played = play(cfg, args.seat, run, args.episodes, args.split, out)
     except ValueError as exc:
         print(f"teamrl play: {exc}", file=sys.stderr)
         return 2
     print(f"{len(played)} episode(s) recorded in {out}")
+    return 0
+
+
+def _play_web(args: argparse.Namespace, cfg: Config, run: Path | None, out: Path) -> int:
+    """``teamrl play --web``: the seat's page at /play of the report's server (the run's report at /)."""
+    import tempfile
+
+    from teamrl.play import WebDesk, play
+    from teamrl.report.serve import ReportServer
+
+    if args.seat not in cfg.role_order():
+        print(
+            f"teamrl play: --seat {args.seat!r} is not a role of this workflow; its roles: "
+            f"{', '.join(cfg.role_order())}",
+            file=sys.stderr,
+        )
+        return 2
+    desk = WebDesk(args.seat, args.episodes)
+    with tempfile.TemporaryDirectory() as scratch:
+        report_dir = run / "report" if run is not None else Path(scratch)
+        try:
+            server = ReportServer([run] if run is not None else [], report_dir, port=args.port, desk=desk)
+        except OSError as exc:
+            print(f"teamrl play: cannot serve on port {args.port}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        server.start()
+        print(f"your seat ({args.seat}) is at {server.url}play; Ctrl-C to stop", flush=True)
+        try:
+            played = play(cfg, args.seat, run, args.episodes, args.split, out, desk=desk)
+            print(f"{len(played)} episode(s) recorded in {out}; the page stays up until Ctrl-C", flush=True)
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        except ValueError as exc:
+            print(f"teamrl play: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            desk.closed.set()
+            server.close()
     return 0
 
 
@@ -409,6 +452,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         help="JSONL file the episodes are appended to (default: RUN_DIR/episodes/play.jsonl, or runs/play/)",
     )
+    p.add_argument(
+        "--web",
+        action="store_true",
+        help="play in the browser: a page with a text box where your turn goes (at /play of the run's "
+        "report server; the report, with your episodes, at /)",
+    )
+    p.add_argument("--port", type=int, default=8765, help="port of the page with --web (default 8765)")
     p.set_defaults(func=cmd_play)
     p = sub.add_parser("schema", help="print the JSON Schema of the messages roles exchange")
     p.set_defaults(func=cmd_schema)

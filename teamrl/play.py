@@ -7,14 +7,20 @@ experts. Every finished episode is verified like any other and appended to a JSO
 same records as a run's ``episodes/*.jsonl``, with ``verifier["played_by"]`` naming the person's role), so
 it can be read by ``teamrl report`` or used as demonstrations. End of input (Ctrl-D) or Ctrl-C ends the
 session; the episodes finished before it are kept.
+
+In a browser (``teamrl play ... --web``): :class:`WebDesk` stands between the person's seat and the page
+that ``teamrl report --serve``'s server shows at ``/play`` (a text box where the role's turn would be,
+beside the run's report): the seat waits for the answer the page posts; the page polls the desk's state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import queue
 import random
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -65,6 +71,74 @@ def person_seat(
     return script
 
 
+MAX_ANSWER = 20_000  # characters of one answer from the page
+
+
+class WebDesk:
+    """The person's seat in a browser: :meth:`ask` (the seat's script, on the play thread) publishes the
+    turn and waits for :meth:`answer` (the page's POST, on a server thread). :meth:`state` is what the page
+    shows: the turn waiting for an answer, the finished episodes, whether the session is over."""
+
+    def __init__(self, seat: str, episodes: int) -> None:
+        self.seat, self.episodes = seat, episodes
+        self._lock = threading.Lock()
+        self._answers: queue.Queue[str] = queue.Queue()
+        self._turn: dict[str, Any] | None = None
+        self._turns = 0
+        self._finished: list[dict[str, Any]] = []
+        self._status = "waiting for the agents"
+        self.closed = threading.Event()
+
+    def script(self, call: RoleCall) -> str:
+        """The seat's script: the person's answer as the role's message of the turn's kind."""
+        return render_message(Message(role=self.seat, kind=call.kind, content=self.ask(call)))
+
+    def ask(self, call: RoleCall) -> str:
+        with self._lock:
+            self._turns += 1
+            self._turn = {"id": self._turns, "role": self.seat, "kind": call.kind, "prompt": call.prompt}
+        try:
+            while True:
+                try:
+                    return self._answers.get(timeout=0.2)
+                except queue.Empty:
+                    if self.closed.is_set():
+                        raise SessionEnded from None
+        finally:
+            with self._lock:
+                self._turn = None
+
+    def answer(self, turn_id: Any, text: Any) -> tuple[int, str]:
+        """(HTTP status, message): 200 when ``text`` answers the turn ``turn_id`` that is waiting."""
+        if not isinstance(text, str) or not text.strip():
+            return 400, "the answer is empty"
+        if len(text) > MAX_ANSWER:
+            return 400, f"the answer is longer than {MAX_ANSWER} characters"
+        with self._lock:
+            if self._turn is None or self._turn["id"] != turn_id:
+                return 409, "no turn of yours is waiting for this answer (reload the page)"
+            self._turn = None  # answered: a second post of the same turn is refused
+        self._answers.put(text.strip("\n"))
+        return 200, "sent"
+
+    def state(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "seat": self.seat,
+                "episodes": self.episodes,
+                "turn": dict(self._turn) if self._turn else None,
+                "finished": list(self._finished),
+                "status": self._status,
+                "over": self.closed.is_set(),
+            }
+
+    def note(self, status: str, finished: dict[str, Any] | None = None) -> None:
+        with self._lock:
+            self._status = status
+            if finished is not None:
+                self._finished.append(finished)
+
+
 def play(
     cfg: Any,
     seat: str,
@@ -75,9 +149,10 @@ def play(
     read_line: ReadLine | None = None,
     out: TextIO | None = None,
     seed: int = 0,
+    desk: WebDesk | None = None,
 ) -> list[Episode]:
-    """Play ``episodes`` episodes of ``cfg``'s workflow with a person in role ``seat``; return them (also
-    appended to ``out_path``)."""
+    """Play ``episodes`` episodes of ``cfg``'s workflow with a person in role ``seat`` (in the terminal, or
+    through ``desk``, a browser page); return them (also appended to ``out_path``)."""
     from teamrl.trainer.build import build_sandbox, build_suite, build_workflow
 
     roles = cfg.role_order()
@@ -89,6 +164,7 @@ def play(
     log = JsonlLog(out_path) if out_path is not None else None
     trainer = None
     sandbox = None
+    played: list[Episode] = []
     try:
         if run_dir is not None:
             from teamrl.trainer.trainer import Trainer
@@ -103,11 +179,12 @@ def play(
             engine = None
             experts = workflow.experts(random.Random(seed))
             seats = {r: Seat(script=experts[r]) for r in roles if r in experts}
-        seats[seat] = Seat(script=person_seat(seat, read_line, stream))
+        seats[seat] = Seat(script=desk.script if desk is not None else person_seat(seat, read_line, stream))
         team = Team(seats, engine)
-        played: list[Episode] = []
         for i, task in enumerate(tasks):
             print(f"\nepisode {i + 1} of {len(tasks)}: {getattr(task, 'task_id', '')}", file=stream)
+            if desk is not None:
+                desk.note(f"episode {i + 1} of {len(tasks)}: the agents are playing")
             try:
                 if engine is not None:
                     [episode] = engine.run([functools.partial(workflow.play, team, task)])
@@ -125,8 +202,17 @@ def play(
                 file=stream,
                 flush=True,
             )
+            if desk is not None:
+                summary = {"episode": i + 1, "task": episode.task_id, "outcome": episode.outcome}
+                desk.note(
+                    f"episode {i + 1} of {len(tasks)} finished",
+                    {**summary, "verifier": _short(episode.verifier)},
+                )
         return played
     finally:
+        if desk is not None:
+            desk.note(f"session over: {len(played)} episode(s) recorded")
+            desk.closed.set()
         if trainer is not None:
             trainer.close()
 

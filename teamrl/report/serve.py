@@ -3,6 +3,10 @@
 A watcher thread looks at the runs' files every ``interval`` seconds; when one changed it rebuilds
 the report and bumps a version number. The page (built with ``live_version``) polls ``/version``
 and reloads itself when the number moves, keeping its scroll position and open transcripts.
+
+With a ``desk`` (``teamrl play --web``: a person's seat, :class:`teamrl.play.WebDesk`) it also serves the
+seat's page at ``/play``, its state at ``/play/state`` and takes answers at ``POST /play/answer``; without
+runs to report on, ``/`` is that page.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import cast
+from typing import Any, Protocol, cast
 
 from teamrl.report.page import write_report
+from teamrl.report.play_page import PAGE as PLAY_PAGE
 
 log = logging.getLogger("teamrl.report")
 _FIGURE = re.compile(r"^/figures/([A-Za-z0-9_.-]+\.png)$")
@@ -38,6 +43,17 @@ def fingerprint(paths: list[Path]) -> tuple:
     return tuple(out)
 
 
+class Desk(Protocol):
+    """A person's seat behind the page at ``/play`` (see :class:`teamrl.play.WebDesk`)."""
+
+    def state(self) -> dict[str, Any]: ...
+
+    def answer(self, turn_id: Any, text: Any) -> tuple[int, str]: ...
+
+
+MAX_POST = 100_000  # bytes of one posted answer
+
+
 class ReportServer:
     def __init__(
         self,
@@ -48,7 +64,9 @@ class ReportServer:
         interval: float = 2.0,
         max_episodes: int = 6,
         poll_ms: int = 3000,
+        desk: Desk | None = None,
     ) -> None:
+        self.desk = desk
         self.paths = [Path(p) for p in paths]
         self.out = Path(out_dir)
         self.interval = interval
@@ -71,6 +89,8 @@ class ReportServer:
 
     def refresh(self, force: bool = False) -> bool:
         """Rebuild the report if any run's files changed since the last build; True if rebuilt."""
+        if not self.paths and self.desk is not None:
+            return False  # a seat's page alone: no report to build
         with self._lock:
             current = fingerprint(self.paths)
             if not force and current == self._seen:
@@ -104,7 +124,12 @@ class ReportServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 path = self.path.split("?", 1)[0]
-                if path in ("/", "/index.html"):
+                desk = server.desk
+                if desk is not None and (path == "/play" or (path == "/" and not server.paths)):
+                    self._send(200, PLAY_PAGE.encode(), "text/html; charset=utf-8")
+                elif desk is not None and path == "/play/state":
+                    self._send(200, json.dumps(desk.state()).encode(), "application/json")
+                elif path in ("/", "/index.html"):
                     self._file(server.out / "index.html", "text/html; charset=utf-8")
                 elif path == "/version":
                     self._send(200, json.dumps({"version": server.version}).encode(), "application/json")
@@ -112,6 +137,30 @@ class ReportServer:
                     self._file(server.out / "figures" / m.group(1), "image/png")
                 else:
                     self._send(404, b"not found\n", "text/plain")
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                if server.desk is None or self.path.split("?", 1)[0] != "/play/answer":
+                    self._send(404, b"not found\n", "text/plain")
+                    return
+                try:
+                    length = int(self.headers.get("Content-Length", "0"))
+                except ValueError:
+                    length = -1
+                if not 0 < length <= MAX_POST:
+                    self._reply(400, f"a JSON body of at most {MAX_POST} bytes is expected")
+                    return
+                try:
+                    body = json.loads(self.rfile.read(length))
+                except (ValueError, UnicodeDecodeError):
+                    self._reply(400, "the body is not JSON")
+                    return
+                if not isinstance(body, dict):
+                    self._reply(400, 'expected {"turn": ID, "text": ANSWER}')
+                    return
+                self._reply(*server.desk.answer(body.get("turn"), body.get("text")))
+
+            def _reply(self, code: int, message: str) -> None:
+                self._send(code, json.dumps({"message": message}).encode(), "application/json")
 
             def _file(self, path: Path, ctype: str) -> None:
                 try:
