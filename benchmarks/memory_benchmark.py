@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from teamrl.atomic import atomic_write_text  # noqa: E402
-from teamrl.memory.learn import evaluate_policy, train_scorer  # noqa: E402
-from teamrl.memory.policies import FEATURES, POLICIES  # noqa: E402
+from teamrl.memory.learn import evaluate_policy, scorer_json, train_scorer  # noqa: E402
+from teamrl.memory.policies import POLICIES  # noqa: E402
 from teamrl.memory.store import Capacity  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         row: dict[str, Any] = {
             "seed": seed,
             "train_min": (time.time() - t0) / 60,
-            "scorer": dict(zip(FEATURES, map(float, scorer.weights), strict=True)) | {"stop": scorer.stop},
+            "scorer": scorer_json(scorer),
             "train_curve": [round(x.acceptance, 4) for x in log],
             "policies": {},
         }

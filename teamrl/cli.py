@@ -281,6 +281,59 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory_train_scorer(args: argparse.Namespace) -> int:
+    """``teamrl memory train-scorer``: the memory's outer loop, checkpointed beside ``--out``."""
+    import json
+
+    from tqdm import tqdm
+
+    from teamrl.atomic import atomic_write_text
+    from teamrl.memory.learn import scorer_json, train_scorer
+    from teamrl.memory.store import Capacity
+
+    out = Path(args.out)
+    checkpoint = out.with_name(out.name + ".checkpoint")
+    collab = {"drift": args.drift, "drift_at": args.drift_at, "drift_span": args.drift_span}
+    bar = tqdm(total=args.iterations, unit="it", dynamic_ncols=True, desc="outer loop")
+    if checkpoint.exists():
+        print(f"resuming from {checkpoint}", file=sys.stderr)
+
+    def progress(log: Any) -> None:
+        bar.n = log.iteration + 1
+        bar.set_postfix(acceptance=f"{log.acceptance:.3f}")
+        bar.refresh()
+
+    try:
+        scorer, logs = train_scorer(
+            args.seed,
+            Capacity(args.entries, args.tokens),
+            args.iterations,
+            args.batch,
+            args.rounds,
+            args.horizon,
+            args.lr,
+            progress=progress,
+            checkpoint=checkpoint,
+            **collab,
+        )
+    except ValueError as exc:
+        print(f"teamrl memory: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; run the same command again to resume from {checkpoint}", file=sys.stderr)
+        return 130
+    finally:
+        bar.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(scorer_json(scorer), indent=1) + "\n")
+    curve = [round(x.acceptance, 3) for x in logs]
+    print(
+        f"scorer written to {out} (train acceptance {curve[0]} -> {curve[-1]} over {len(curve)} iterations)"
+    )
+    print(f"use it: workflow.memory.scorer={out} (with workflow.memory.policy=learned)")
+    return 0
+
+
 def _play_web(args: argparse.Namespace, cfg: Config, run: Path | None, out: Path) -> int:
     """``teamrl play --web``: the seat's page at /play of the report's server (the run's report at /)."""
     import tempfile
@@ -460,6 +513,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--port", type=int, default=8765, help="port of the page with --web (default 8765)")
     p.set_defaults(func=cmd_play)
+    p = sub.add_parser("memory", help="cross-episode memory: train the memory policy's scorer (outer loop)")
+    msub = p.add_subparsers(dest="memory_command", required=True)
+    p = msub.add_parser(
+        "train-scorer",
+        help="learn which notes to keep by RL on simulated collaborators (resumes from its checkpoint)",
+    )
+    p.add_argument("--out", required=True, help="the scorer's JSON file (its checkpoint: OUT.checkpoint)")
+    p.add_argument("--seed", type=int, default=0, help="population of collaborators (train split)")
+    p.add_argument("--entries", type=int, default=4, help="memory capacity in notes")
+    p.add_argument("--tokens", type=int, default=None, help="memory capacity in words")
+    p.add_argument("--iterations", type=int, default=80)
+    p.add_argument("--batch", type=int, default=32, help="collaborators per iteration")
+    p.add_argument("--rounds", type=int, default=40, help="episodes per session")
+    p.add_argument("--horizon", type=int, default=5, help="episodes a memory decision is rewarded over")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--drift", choices=["none", "sudden", "gradual"], default="sudden")
+    p.add_argument("--drift-at", type=int, default=20)
+    p.add_argument("--drift-span", type=int, default=10)
+    p.set_defaults(func=cmd_memory_train_scorer)
     p = sub.add_parser("schema", help="print the JSON Schema of the messages roles exchange")
     p.set_defaults(func=cmd_schema)
     p = sub.add_parser(

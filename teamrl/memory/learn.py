@@ -9,19 +9,27 @@ stated) -- the expert a trained proposer role is measured against.
 :func:`train_scorer` is the outer loop: REINFORCE on the learned policy's Plackett-Luce rankings, each
 decision rewarded with the acceptance over the next ``horizon`` rounds of its session (the task's return
 with that memory), the baseline being the batch's mean at the same round (sessions of one batch advance in
-lock step, so a decision is compared with decisions made at the same point of other sessions).
+lock step, so a decision is compared with decisions made at the same point of other sessions). With a
+``checkpoint`` path it saves its whole state after every iteration (atomically: scorer, Adam moments, the
+sampling RNG, the curve) and, when the file exists, resumes from it: a run cut anywhere and resumed ends
+with the same scorer as one that never stopped (``teamrl memory train-scorer --out S.json`` keeps it
+beside ``S.json``).
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from teamrl.atomic import atomic_write_text
 from teamrl.memory.collaborator import Collaborator, Topic, candidates_for, population
-from teamrl.memory.policies import Decision, NoteScorer, Policy, make_policy
+from teamrl.memory.policies import FEATURES, Decision, NoteScorer, Policy, make_policy
 from teamrl.memory.store import Capacity, Note, distil
 
 Reader = Callable[[list[Note], list[Topic], random.Random], int]
@@ -102,6 +110,16 @@ class TrainLog:
     acceptance: float
 
 
+def scorer_json(scorer: NoteScorer) -> dict[str, float]:
+    """The scorer as the JSON the collaborate workflow reads (``workflow.memory.scorer``)."""
+    return dict(zip(FEATURES, map(float, scorer.weights), strict=True)) | {"stop": float(scorer.stop)}
+
+
+def _rng_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
 def train_scorer(
     seed: int,
     capacity: Capacity,
@@ -111,17 +129,35 @@ def train_scorer(
     horizon: int = 5,
     lr: float = 0.05,
     progress: Callable[[TrainLog], None] | None = None,
+    checkpoint: str | Path | None = None,
     **collaborator_kwargs: object,
 ) -> tuple[NoteScorer, list[TrainLog]]:
     """Learn a :class:`NoteScorer` on the train collaborators of population ``seed`` (fresh ones every
-    iteration; never a held-out one). Adam on the REINFORCE gradient; returns the scorer and the curve."""
+    iteration; never a held-out one). Adam on the REINFORCE gradient; returns the scorer and the curve.
+    ``checkpoint``: save the state there after every iteration, and resume from it when it exists (its
+    settings must be these, ``iterations`` aside: a finished run can be trained further; ValueError
+    otherwise)."""
     scorer = NoteScorer()
     rng = random.Random(f"memory-outer-{seed}")
     n_params = len(scorer.weights) + 1
     m, v = np.zeros(n_params), np.zeros(n_params)
     logs: list[TrainLog] = []
-    pool = population(seed, "train", iterations * batch, **collaborator_kwargs)
-    for it in range(iterations):
+    settings = {
+        "seed": seed,
+        "capacity": [capacity.entries, capacity.tokens],
+        "batch": batch,
+        "rounds": rounds,
+        "horizon": horizon,
+        "lr": lr,
+        "collaborators": {k: v for k, v in sorted(collaborator_kwargs.items())},
+        "features": list(FEATURES),
+    }
+    start = 0
+    path = Path(checkpoint) if checkpoint is not None else None
+    if path is not None and path.exists():
+        start, scorer, m, v, logs = _resume(path, settings, rng)
+    pool = population(seed, "train", max(iterations, start) * batch, **collaborator_kwargs)
+    for it in range(start, iterations):
         sessions: list[tuple[Session, list[Decision]]] = []
         for c in pool[it * batch : (it + 1) * batch]:
             record: list[Decision] = []
@@ -149,9 +185,48 @@ def train_scorer(
         scorer = NoteScorer(scorer.weights + step[:-1], scorer.stop + float(step[-1]))
         log = TrainLog(it, float(np.mean([np.mean(s.accepted) for s, _ in sessions])))
         logs.append(log)
+        if path is not None:
+            state = {
+                "settings": settings,
+                "iteration": it + 1,
+                "scorer": scorer_json(scorer),
+                "adam": {"m": m.tolist(), "v": v.tolist()},
+                "rng": _rng_state(rng),
+                "curve": [asdict(x) for x in logs],
+            }
+            atomic_write_text(path, json.dumps(state))
         if progress is not None:
             progress(log)
     return scorer, logs
+
+
+def _resume(
+    path: Path, settings: dict[str, Any], rng: random.Random
+) -> tuple[int, NoteScorer, np.ndarray, np.ndarray, list[TrainLog]]:
+    """The state saved at ``path`` (``rng`` set to its draws); ValueError for a damaged file or one
+    written with other settings."""
+    try:
+        state = json.loads(path.read_text())
+        saved = state["settings"]
+        weights = np.array([float(state["scorer"][f]) for f in FEATURES])
+        scorer = NoteScorer(weights, float(state["scorer"]["stop"]))
+        m, v = np.array(state["adam"]["m"], dtype=float), np.array(state["adam"]["v"], dtype=float)
+        version, internal, gauss = state["rng"]
+        rng.setstate((version, tuple(internal), gauss))
+        logs = [TrainLog(int(x["iteration"]), float(x["acceptance"])) for x in state["curve"]]
+        iteration = int(state["iteration"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"outer-loop checkpoint {path}: cannot read it ({type(exc).__name__}: {exc})"
+        ) from None
+    wanted = json.loads(json.dumps(settings))  # as JSON has it (tuples as lists)
+    differ = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+    if differ:
+        raise ValueError(
+            f"outer-loop checkpoint {path} was written with other settings ({', '.join(differ)}); use the "
+            "same ones, or another path to start afresh"
+        )
+    return iteration, scorer, m, v, logs
 
 
 def evaluate_policy(
