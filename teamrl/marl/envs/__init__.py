@@ -8,6 +8,8 @@
   Foraging and the multi-robot warehouse (pip ``lbforaging``, ``rware``) through
   :class:`~teamrl.marl.envs.gym_tuple.GymTupleParallelEnv` and :class:`PettingZooVecEnv`, ``kwargs`` to
   ``gymnasium.make``;
+* ``vmas:<scenario>`` (e.g. ``vmas:balance``, ``vmas:navigation``): VMAS's torch-vectorised scenarios, batched
+  by VMAS itself (:class:`~teamrl.marl.envs.vmas_env.VmasVecEnv`; pip ``vmas``);
 * ``connect_four``, ``tictactoe``: PettingZoo classic games through :class:`TurnBasedVecEnv`;
 * ``package.module:factory`` or ``path/to/file.py:factory``: the user's own PettingZoo ``ParallelEnv``
   (``factory(**kwargs)``) through :class:`PettingZooVecEnv` (see :mod:`teamrl.marl.envs.user`).
@@ -53,9 +55,11 @@ def _mpe2_modules() -> list[str]:
 def list_envs() -> list[str]:
     """Every name :func:`make_vec_env` accepts."""
     from teamrl.marl.envs.gym_tuple import EXAMPLES
+    from teamrl.marl.envs.vmas_env import scenarios as vmas_scenarios
 
     gym_tuple = [f"{prefix}:{example}" for prefix, example in EXAMPLES.items()]  # and every id of theirs
-    return [*SCENARIOS, *(f"mpe2:{m}" for m in _mpe2_modules()), *gym_tuple, *TURN_BASED_GAMES]
+    vmas = [f"vmas:{s}" for s in vmas_scenarios()]
+    return [*SCENARIOS, *(f"mpe2:{m}" for m in _mpe2_modules()), *gym_tuple, *vmas, *TURN_BASED_GAMES]
 
 
 def simple_spread_slots(env: VecMultiAgentEnv, kwargs: dict[str, Any]) -> tuple[int, int, int] | None:
@@ -83,6 +87,10 @@ def make_vec_env(name: str, num_envs: int, seed: int | None = None, **kwargs: An
             if slots is not None:  # an attribute only some envs have (ppo reads it with getattr)
                 env.entity_slots = {a: slots for a in env.agents}  # type: ignore[attr-defined]
         return env
+    if name.startswith("vmas:"):
+        from teamrl.marl.envs.vmas_env import VmasVecEnv
+
+        return VmasVecEnv(name[len("vmas:") :], num_envs, seed, **kwargs)
     if name.partition(":")[0] in ("lbf", "rware"):
         from teamrl.marl.envs import gym_tuple
 

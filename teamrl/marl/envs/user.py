@@ -35,8 +35,8 @@ _PARALLEL_API = ("possible_agents", "observation_space", "action_space", "reset"
 
 
 def is_import_path(name: str) -> bool:
-    """``module:factory`` or ``file.py:factory`` (``mpe2:``, ``lbf:``, ``rware:`` name envs, not paths)."""
-    return ":" in name and name.partition(":")[0] not in ("mpe2", "lbf", "rware")
+    """``module:factory`` or ``file.py:factory`` (``mpe2:``, ``lbf:``, ``rware:``, ``vmas:`` name envs)."""
+    return ":" in name and name.partition(":")[0] not in ("mpe2", "lbf", "rware", "vmas")
 
 
 def _split(name: str) -> tuple[str, str]:
