@@ -47,9 +47,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("policies",),
     # 2 the engine: runs a team's seats (policies) over turns
     ("engine",),
-    # 3 what a team does, on what, scored how (memory: a collaborator, notes and the collaborate workflow):
+    # 3 what a team does, on what, scored how (memory: a collaborator, notes and the collaborate workflow;
+    #   world: the open-ended town):
     #   ordered siblings, see SIBLING_ORDER
-    ("tasks", "rewards", "workflows", "memory"),
+    ("tasks", "rewards", "workflows", "memory", "world"),
     # 4 RL objectives over scored episodes (GRPO, MGRPO, PPO with a critic)
     ("algorithms",),
     # 5 training recipes built from the above (closed loop, population, schedules)
@@ -69,7 +70,7 @@ LAYERS: list[tuple[str, ...]] = [
 # Siblings of one layer, lowest first: each may import only the ones before it (tasks <- rewards <-
 # workflows). Siblings not named here may import one another (package cycles still fail).
 SIBLING_ORDER: list[tuple[str, ...]] = [
-    ("tasks", "rewards", "workflows", "memory"),
+    ("tasks", "rewards", "workflows", "memory", "world"),
 ]
 
 # Siblings that may import each other: the package-level cycle check treats them as one node, and the
