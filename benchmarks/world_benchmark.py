@@ -44,6 +44,7 @@ STATS = (
     "private_achieved",
     "book_achieved",
     "invalid_per_agent",
+    "plausibility",
 )
 EVAL_SEED = 10_000
 

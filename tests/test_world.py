@@ -149,3 +149,16 @@ def test_teamrl_marl_trains_on_the_town(tmp_path, capsys) -> None:  # noqa: ANN0
     args += ["--set", "env.n_agents=3", "--set", "env.social_weight=0.3"]
     assert main(args) == 0
     assert "mappo on teamrl.world.town:parallel_env" in capsys.readouterr().out
+
+
+def test_the_judged_objective_is_paid_at_the_end_of_an_episode() -> None:
+    env = TownParallelEnv(
+        n_agents=3, horizon=2, goal_weight=0, social_weight=0, coherence_weight=0, plausibility_weight=2.0
+    )
+    env.reset(seed=1)
+    _, rewards, _, _, _ = env.step(dict.fromkeys(env.agents, 0))
+    assert set(rewards.values()) == {0.0}
+    _, rewards, _, trunc, infos = env.step(dict.fromkeys(env.agents, 0))
+    judged = infos["agent_0"]["episode"]["plausibility"]
+    assert all(trunc.values()) and judged == env.judge(env.town.transcript()) > 0
+    assert all(r == pytest.approx(2.0 * judged) for r in rewards.values())

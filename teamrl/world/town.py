@@ -18,7 +18,10 @@ The rules, one tick at a time (every agent acts at once; :func:`aec_env` gives t
   conversation it starts that succeeds with someone it has not talked to yet (a partner counts once per
   episode: talking to the same agent every tick earns nothing more, so the objective rewards meeting
   people, not chatter); ``coherence`` 1 when its action follows its plan (the actions that advance its
-  first unachieved goal, :func:`planned`), else 0. The reward is ``weights`` over them
+  first unachieved goal, :func:`planned`), else 0; and, judged at the end of an episode,
+  ``plausibility``: how plausible its transcript reads as social behaviour to a fixed judge
+  (:class:`teamrl.world.judge.RuleJudge`, calibrated on shipped anchor transcripts). The reward is
+  ``weights`` over them
   (default goal 1, social 0.1, coherence 0.05): changing the weights changes what emerges
   (benchmarks/world_benchmark.py).
 
@@ -124,6 +127,7 @@ class Town:
         self.talks: list[tuple[int, str, str, str]] = []  # (tick, from, to, topic) that succeeded
         self.invalid = Counter[str]()
         self.positions: list[dict[str, str]] = [{a: s.place for a, s in self.state.items()}]
+        self.log: list[tuple[int, str, str, Action, bool]] = []  # (tick, agent, place, action, valid)
 
     @property
     def gathering_size(self) -> int:
@@ -135,6 +139,7 @@ class Town:
         for a in self.agents:
             earned[a]["coherence"] = float(actions.get(a, Action("wait")) in planned(self, a))
         before = {a: dict(s.done) for a, s in self.state.items()}
+        invalid_before = dict(self.invalid)
         heard: set[str] = set()
         where = {a: s.place for a, s in self.state.items()}  # talk happens where agents stood this tick
         for a in self.agents:
@@ -177,12 +182,30 @@ class Town:
                     self.state[a].done["shared"] = True
         for a in self.agents:
             earned[a]["goal"] = float(sum(self.state[a].done[g] and not before[a][g] for g in before[a]))
+        for a in self.agents:
+            act = actions.get(a, Action("wait"))
+            self.log.append((self.t - 1, a, where[a], act, self.invalid[a] == invalid_before.get(a, 0)))
         self.positions.append({a: s.place for a, s in self.state.items()})
         return earned
 
     @property
     def over(self) -> bool:
         return self.t >= self.horizon
+
+    def transcript(self) -> str:
+        """The episode so far as text, one line per agent and tick (what a judge reads)."""
+        lines = []
+        for t, agent, place, act, valid in self.log:
+            if act.kind == "wait":
+                what = "waits"
+            elif act.kind == "move":
+                what = f"goes to the {act.place}"
+            elif act.kind == "use":
+                what = f"takes the {act.obj}"
+            else:
+                what = f"talks to {act.to} about {act.topic}"
+            lines.append(f"t={t} {agent} at the {place} {what}" + ("" if valid else " (cannot)"))
+        return "\n".join(lines)
 
     def observe(self, agent: str) -> np.ndarray:
         s = self.state[agent]
@@ -265,9 +288,14 @@ class TownParallelEnv(ParallelEnv):
         goal_weight: float = DEFAULT_WEIGHTS["goal"],
         social_weight: float = DEFAULT_WEIGHTS["social"],
         coherence_weight: float = DEFAULT_WEIGHTS["coherence"],
+        plausibility_weight: float = 0.0,
     ) -> None:
         self.town = Town(n_agents, horizon, seed=0)
         self.weights = {"goal": goal_weight, "social": social_weight, "coherence": coherence_weight}
+        self.plausibility_weight = plausibility_weight
+        from teamrl.world.judge import RuleJudge
+
+        self.judge = RuleJudge()  # fixed: never trained with the agents it judges
         self.possible_agents = list(self.town.agents)
         self.agents: list[str] = []
         self.max_cycles = horizon  # the episode length teamrl.marl reads
@@ -298,8 +326,11 @@ class TownParallelEnv(ParallelEnv):
         done = self.town.over
         infos: dict[str, dict[str, Any]] = {a: {"objectives": earned[a]} for a in agents}
         if done:
+            stats = self.town.stats()
+            stats["plausibility"] = self.judge(self.town.transcript())  # the judged objective, per episode
             for a in agents:
-                infos[a]["episode"] = self.town.stats()
+                infos[a]["episode"] = stats
+                rewards[a] += self.plausibility_weight * stats["plausibility"]
             self.agents = []
         obs = {a: self.town.observe(a) for a in agents}
         return obs, rewards, dict.fromkeys(agents, False), dict.fromkeys(agents, done), infos

@@ -1,0 +1,230 @@
+"""Judges of what has no ground truth (issue 20): how plausible an episode of the town reads as social
+behaviour. A judge is never a policy being trained; it is checked against a fixed set of anchor transcripts
+(good and bad, shipped as data) at every evaluation, and a run whose judge drifts says so.
+
+* :class:`RuleJudge`: a transparent judge that reads a transcript's lines: the share of actions that could
+  happen, conversations that are answered (the partner talks back within two ticks), variety of partners
+  and topics, and no chatter (one pair talking tick after tick). ``noise`` (seeded per transcript) makes
+  a second, imperfect judge.
+* :func:`calibrate`: a judge on the anchors: its scores on the good and the bad ones, and how often it
+  ranks a good one above a bad one (the AUC).
+* :class:`JudgeMonitor`: calibrates at every evaluation, keeps the first as the reference and flags drift:
+  the mean anchor score moved by more than ``threshold``, or the AUC fell by more than ``threshold``.
+* :func:`agreement`: two judges on the same transcripts: rank correlation (Spearman) and mean absolute
+  difference, reported beside the judged objective.
+
+:func:`make_anchors` builds the anchor set from the town itself: good transcripts are episodes of the
+scripted agents (each follows its plan), bad ones episodes of random agents and of chatterers (two agents
+talking to each other every tick); ``teamrl/world/anchors.json`` is ``make_anchors()`` as shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from teamrl.world.town import PLACES, TOPICS, Action, Town, scripted_action
+
+Judge = Callable[[str], float]  # transcript -> plausibility in [0, 1]
+ANCHORS = Path(__file__).with_name("anchors.json")
+_TALK = re.compile(r"^t=(\d+) (\S+) at the \S+ talks to (\S+) about (\S+)$")
+
+
+@dataclass
+class RuleJudge:
+    """See the module. Weights of the four features; ``noise``: the sd of a seeded perturbation."""
+
+    valid: float = 0.4
+    answered: float = 0.25
+    variety: float = 0.2
+    no_chatter: float = 0.15
+    noise: float = 0.0
+    seed: int = 0
+
+    def __call__(self, transcript: str) -> float:
+        lines = [line for line in transcript.splitlines() if line.strip()]
+        if not lines:
+            return 0.0
+        valid = 1.0 - sum(line.endswith("(cannot)") for line in lines) / len(lines)
+        talks = [m.groups() for m in map(_TALK.match, lines) if m]
+        if talks:
+            said = {(int(t), a, b) for t, a, b, _ in talks}
+            answered = sum(any((int(t) + d, b, a) in said for d in (0, 1, 2)) for t, a, b, _ in talks) / len(
+                talks
+            )
+            pairs = {(a, b) for _, a, b, _ in talks}
+            topics = {topic for *_, topic in talks}
+            variety = min(1.0, len(pairs) / max(1.0, len(talks) / 3)) * 0.5 + 0.5 * len(topics) / len(TOPICS)
+            repeats = sum((int(t) - 1, a, b) in said and (int(t) - 2, a, b) in said for t, a, b, _ in talks)
+            no_chatter = 1.0 - repeats / len(talks)
+        else:
+            answered, variety, no_chatter = 0.0, 0.0, 1.0
+        score = (
+            self.valid * valid
+            + self.answered * answered
+            + self.variety * variety
+            + self.no_chatter * no_chatter
+        )
+        score /= self.valid + self.answered + self.variety + self.no_chatter
+        if self.noise:
+            rng = random.Random(f"{self.seed}:{transcript}")
+            score += rng.gauss(0.0, self.noise)
+        return float(min(1.0, max(0.0, score)))
+
+
+@dataclass
+class Calibration:
+    mean_good: float
+    mean_bad: float
+    auc: float  # P(score of a good anchor > score of a bad one), ties half
+
+    @property
+    def mean(self) -> float:
+        return (self.mean_good + self.mean_bad) / 2
+
+
+def calibrate(judge: Judge, anchors: Sequence[dict[str, Any]]) -> Calibration:
+    """``judge`` on the anchors (``{"transcript": ..., "label": "good" | "bad"}``)."""
+    good = [judge(a["transcript"]) for a in anchors if a["label"] == "good"]
+    bad = [judge(a["transcript"]) for a in anchors if a["label"] == "bad"]
+    if not good or not bad:
+        raise ValueError("the anchors need good and bad transcripts")
+    wins = sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
+    return Calibration(float(np.mean(good)), float(np.mean(bad)), wins / (len(good) * len(bad)))
+
+
+@dataclass
+class JudgeMonitor:
+    """Calibration at every evaluation against the first one (see the module)."""
+
+    judge: Judge
+    anchors: Sequence[dict[str, Any]]
+    threshold: float = 0.05
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def check(self, step: int) -> dict[str, Any]:
+        c = calibrate(self.judge, self.anchors)
+        first = self.history[0] if self.history else None
+        drift = 0.0 if first is None else abs(c.mean - first["anchor_mean"])
+        auc_drop = 0.0 if first is None else max(0.0, first["auc"] - c.auc)
+        row = {
+            "step": step,
+            "anchor_mean": c.mean,
+            "mean_good": c.mean_good,
+            "mean_bad": c.mean_bad,
+            "auc": c.auc,
+            "drift": drift,
+            "auc_drop": auc_drop,
+            "drifted": drift > self.threshold or auc_drop > self.threshold,
+        }
+        self.history.append(row)
+        return row
+
+    @property
+    def drifted(self) -> bool:
+        return any(r["drifted"] for r in self.history)
+
+    def message(self) -> str:
+        bad = [r for r in self.history if r["drifted"]]
+        if not bad:
+            return f"judge stable on {len(self.anchors)} anchors (threshold {self.threshold})"
+        r = bad[0]
+        return (
+            f"judge drifted at step {r['step']}: anchor mean moved {r['drift']:.3f}, AUC fell "
+            f"{r['auc_drop']:.3f} (threshold {self.threshold}); judged scores after it are not comparable "
+            "with those before"
+        )
+
+
+def agreement(a: Judge, b: Judge, transcripts: Sequence[str]) -> dict[str, float]:
+    """Spearman rank correlation and mean absolute difference of two judges on ``transcripts``."""
+    if len(transcripts) < 2:
+        raise ValueError("agreement needs at least two transcripts")
+    x = np.array([a(t) for t in transcripts])
+    y = np.array([b(t) for t in transcripts])
+    rx, ry = _ranks(x), _ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        rho = float("nan")
+    else:
+        rho = float(np.corrcoef(rx, ry)[0, 1])
+    return {"spearman": rho, "mean_abs_diff": float(np.abs(x - y).mean()), "n": float(len(transcripts))}
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks with ties averaged."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x), dtype=float)
+    for value in np.unique(x):
+        tie = x == value
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def _episode(kind: str, seed: int, n_agents: int = 4, horizon: int = 12) -> str:
+    town = Town(n_agents, horizon, seed=seed)
+    rng = np.random.default_rng(seed)
+    while not town.over:
+        actions = {}
+        for i, a in enumerate(town.agents):
+            if kind == "scripted":
+                actions[a] = scripted_action(town, a, rng)
+            elif kind == "chatter" and i < 2:
+                actions[a] = Action("talk", to=town.agents[1 - i], topic="weather")
+            else:
+                actions[a] = _random_action(town, a, rng)
+        town.step(actions)
+    return town.transcript()
+
+
+def _random_action(town: Town, agent: str, rng: np.random.Generator) -> Action:
+    kind = ["wait", "move", "use", "talk"][int(rng.integers(4))]
+    if kind == "move":
+        return Action("move", place=PLACES[int(rng.integers(len(PLACES)))])
+    if kind == "use":
+        return Action("use", obj=["coffee", "bread", "book"][int(rng.integers(3))])
+    if kind == "talk":
+        others = [o for o in town.agents if o != agent]
+        return Action(
+            "talk", to=others[int(rng.integers(len(others)))], topic=TOPICS[int(rng.integers(len(TOPICS)))]
+        )
+    return Action("wait")
+
+
+def make_anchors(n: int = 8, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` good anchors (scripted agents) and ``n`` bad ones (random agents and chatterers, alternately)."""
+    good = [
+        {"label": "good", "source": "scripted", "transcript": _episode("scripted", seed * 1000 + i)}
+        for i in range(n)
+    ]
+    bad = [
+        {"label": "bad", "source": kind, "transcript": _episode(kind, seed * 1000 + 500 + i)}
+        for i, kind in zip(range(n), ["random", "chatter"] * n, strict=False)
+    ]
+    return good + bad
+
+
+def load_anchors(path: str | Path = ANCHORS) -> list[dict[str, Any]]:
+    """The shipped anchor transcripts (or another file of the same form); ValueError for a bad file."""
+    try:
+        data = json.loads(Path(path).read_text())
+        anchors = data["anchors"]
+        if not all(a["label"] in ("good", "bad") and isinstance(a["transcript"], str) for a in anchors):
+            raise ValueError("every anchor needs a label good or bad and a transcript")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"anchor file {path}: {exc}") from None
+    return list(anchors)
+
+
+def write_anchors(path: str | Path = ANCHORS, n: int = 8, seed: int = 0) -> None:
+    from teamrl.atomic import atomic_write_text
+
+    data = {"made_by": f"make_anchors(n={n}, seed={seed})", "anchors": make_anchors(n, seed)}
+    atomic_write_text(Path(path), json.dumps(data, indent=1))
