@@ -162,3 +162,17 @@ def test_the_judged_objective_is_paid_at_the_end_of_an_episode() -> None:
     judged = infos["agent_0"]["episode"]["plausibility"]
     assert all(trunc.values()) and judged == env.judge(env.town.transcript()) > 0
     assert all(r == pytest.approx(2.0 * judged) for r in rewards.values())
+
+
+def test_the_diversity_bonus_is_the_normalised_entropy_of_partners_and_topics() -> None:
+    town = _town(n=3)
+    a0, a1, a2 = town.agents
+    assert town.talk_diversity(a0) == 0.0
+    town.step({a0: Action("talk", to=a1, topic="party")})
+    town.step({a0: Action("talk", to=a1, topic="party")})
+    assert town.talk_diversity(a0) == 0.0  # one (partner, topic) twice: no spread
+    town.step({a0: Action("talk", to=a2, topic="food")})
+    town.step({a0: Action("talk", to=a2, topic="weather")})
+    counts = [2, 1, 1]
+    h = -sum(c / 4 * math.log(c / 4) for c in counts)
+    assert town.talk_diversity(a0) == pytest.approx(h / math.log(4))

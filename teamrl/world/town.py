@@ -21,8 +21,9 @@ The rules, one tick at a time (every agent acts at once; :func:`aec_env` gives t
   first unachieved goal, :func:`planned`), else 0; and, judged at the end of an episode,
   ``plausibility``: how plausible its transcript reads as social behaviour to a fixed judge
   (:class:`teamrl.world.judge.RuleJudge`, calibrated on shipped anchor transcripts). The reward is
-  ``weights`` over them
-  (default goal 1, social 0.1, coherence 0.05): changing the weights changes what emerges
+  ``weights`` over them (default goal 1, social 0.1, coherence 0.05, plausibility 0), plus an exploration
+  bonus over social strategies at the episode's end (``diversity_weight`` x the normalised entropy of
+  whom it talked to about what, :meth:`Town.talk_diversity`): changing the weights changes what emerges
   (benchmarks/world_benchmark.py).
 
 Observation (a vector, the same layout for every agent): its place (one-hot), the clock, the others' places
@@ -218,6 +219,17 @@ class Town:
         parts += [[float(s.wants_book), float(self.book_holder is None), float(s.heard)]]
         return np.concatenate([np.asarray(p, np.float32) for p in parts])
 
+    def talk_diversity(self, agent: str) -> float:
+        """The exploration bonus over social strategies: the entropy of ``agent``'s conversations over
+        (partner, topic), divided by its maximum (every pair once), in [0, 1]; 0 without conversations."""
+        counts = Counter((t, topic) for _, f, t, topic in self.talks if f == agent)
+        total = sum(counts.values())
+        if total < 2:
+            return 0.0
+        entropy = -sum(c / total * math.log(c / total) for c in counts.values())
+        most = math.log(min(total, (len(self.agents) - 1) * len(TOPICS)))
+        return entropy / most if most > 0 else 0.0
+
     def stats(self) -> dict[str, float]:
         """What emerged this episode: conversations per agent, distinct partners per agent, the entropy of
         who talks to whom (diversity), the share of agents with each goal achieved, invalid actions."""
@@ -289,10 +301,12 @@ class TownParallelEnv(ParallelEnv):
         social_weight: float = DEFAULT_WEIGHTS["social"],
         coherence_weight: float = DEFAULT_WEIGHTS["coherence"],
         plausibility_weight: float = 0.0,
+        diversity_weight: float = 0.0,
     ) -> None:
         self.town = Town(n_agents, horizon, seed=0)
         self.weights = {"goal": goal_weight, "social": social_weight, "coherence": coherence_weight}
         self.plausibility_weight = plausibility_weight
+        self.diversity_weight = diversity_weight
         from teamrl.world.judge import RuleJudge
 
         self.judge = RuleJudge()  # fixed: never trained with the agents it judges
@@ -331,6 +345,7 @@ class TownParallelEnv(ParallelEnv):
             for a in agents:
                 infos[a]["episode"] = stats
                 rewards[a] += self.plausibility_weight * stats["plausibility"]
+                rewards[a] += self.diversity_weight * self.town.talk_diversity(a)
             self.agents = []
         obs = {a: self.town.observe(a) for a in agents}
         return obs, rewards, dict.fromkeys(agents, False), dict.fromkeys(agents, done), infos
