@@ -144,17 +144,8 @@ class RunContext:
         """``torch.save`` to a temp file, then rename: a killed run keeps the previous checkpoint."""
         if self.run_dir is None:
             return None
-        import torch
-
         path = self.run_dir / name
-        fd, tmp = temp_file_beside(path)
-        os.close(fd)
-        try:
-            torch.save(obj, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_torch(obj, path)
         return path
 
     def finish(self, env: Any, final: dict[str, Any], env_steps: int, start: float) -> dict[str, Any]:
@@ -181,6 +172,20 @@ class RunContext:
             self._tb.close()
         if self.run_dir is not None and self.history:
             plot_curve(self.history, self.run_dir / "learning_curve.png")
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temp file beside ``path``, then rename: a crash keeps the previous file."""
+    import torch
+
+    fd, tmp = temp_file_beside(path)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def episode_metrics(

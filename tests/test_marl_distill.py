@@ -1,0 +1,125 @@
+"""KD-MARL (issue 21): students learn the teacher's policy from its labels on their own states; FLOPs
+counted by a documented formula, checked on a small net; the student is a checkpoint `teamrl marl eval`
+reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from teamrl.marl import ppo
+from teamrl.marl.distill import Config, distill, flops_per_action, mlp_flops, return_kept
+from teamrl.marl.envs import make_vec_env
+from teamrl.marl.evaluate import evaluate
+
+torch.set_num_threads(1)
+
+
+def _teacher(tmp_path, entity: bool) -> dict:  # noqa: ANN001
+    """A small trained teacher whose last layer is sharpened, so that its policy is nearly deterministic
+    (a clear target to imitate)."""
+    from teamrl.marl.train import train
+
+    overrides = {
+        "total_env_steps": 400,
+        "num_envs": 8,
+        "hidden": [32, 32],
+        "epochs": 1,
+        "entity_actor": entity,
+    }
+    train("mappo", "simple_spread", overrides, tmp_path / "t", episodes=2, show_progress=False, eval_every=0)
+    checkpoint = torch.load(tmp_path / "t" / "checkpoint.pt", weights_only=False)
+    for state in checkpoint["actors"]:
+        last = max(k for k in state if k.endswith("weight"))
+        state[last] = state[last] * 400.0
+    return checkpoint
+
+
+def test_flops_follow_the_formula_on_an_mlp() -> None:
+    assert mlp_flops([18, 64, 64, 5]) == 2 * (18 * 64 + 64 * 64 + 64 * 5)
+    env = make_vec_env("simple_spread", 2, 0)
+    groups = ppo.make_groups(env, "shared", agent_id=False)
+    actor = ppo.Actor(groups[0], [16], "relu")
+    checkpoint = {"config": {"hidden": [16]}, "groups": [vars(groups[0])], "actors": [actor.state_dict()]}
+    assert flops_per_action(checkpoint) == mlp_flops([groups[0].in_dim, 16, groups[0].n_out])
+
+
+def test_students_learn_the_teacher_s_policy(tmp_path) -> None:  # noqa: ANN001
+    teacher = _teacher(tmp_path, entity=True)
+    make = lambda n, s: make_vec_env("simple_spread", n, s)  # noqa: E731
+    cfg = Config(hidden=[32], rounds=4, num_envs=32, steps_per_round=25, epochs=6, lr=1e-2)
+    rows: list[dict] = []
+    student = distill(teacher, make, cfg, progress=rows.append)
+    assert [r["round"] for r in rows] == [0, 1, 2, 3] and rows[-1]["states"] > rows[0]["states"]
+    assert rows[-1]["agreement"] > 0.8 and rows[-1]["kl"] < rows[0]["kl"]
+    # the student acts like the teacher on fresh states: deterministic actions agree mostly
+    env = make_vec_env("simple_spread", 64, 777)
+    step = env.reset(seed=777)
+    t_act, s_act = ppo.make_actor(teacher)(step), ppo.make_actor(student)(step)
+    same = sum((t_act[a] == s_act[a]).mean() for a in env.agents) / len(env.agents)
+    assert same > 0.7
+    assert flops_per_action(student) < flops_per_action(teacher)  # the entity teacher costs more
+    assert student["config"]["entity_actor"] is False and student["config"]["hidden"] == [32]
+    result = evaluate(ppo.make_actor(student), make_vec_env("simple_spread", 8, 1), 8, seed=1)
+    assert result["episodes"] == 8
+
+
+def test_return_kept() -> None:
+    assert return_kept(-30.0, -25.0, -75.0) == pytest.approx(45 / 50)
+    with pytest.raises(ValueError, match="no better than random"):
+        return_kept(-30.0, -75.0, -75.0)
+
+
+def test_continuous_teachers_are_refused(tmp_path) -> None:  # noqa: ANN001
+    from teamrl.marl.train import train
+
+    overrides = {"total_env_steps": 200, "num_envs": 4, "hidden": [8], "epochs": 1, "entity_actor": False}
+    train(
+        "ippo",
+        "simple_spread",
+        {**overrides, "env.continuous_actions": True},
+        tmp_path / "c",
+        episodes=2,
+        show_progress=False,
+        eval_every=0,
+    )
+    checkpoint = torch.load(tmp_path / "c" / "checkpoint.pt", weights_only=False)
+    with pytest.raises(ValueError, match="continuous actions"):
+        distill(
+            checkpoint,
+            lambda n, s: make_vec_env("simple_spread", n, s, continuous_actions=True),
+            Config(rounds=1),
+        )
+
+
+def test_cli_distill_writes_a_student_run(tmp_path, capsys) -> None:  # noqa: ANN001
+    import json
+
+    from teamrl.cli import main
+
+    _teacher(tmp_path, entity=False)
+    args = ["marl", "distill", str(tmp_path / "t"), "--out", str(tmp_path / "s"), "--episodes", "8"]
+    args += [
+        "--set",
+        "rounds=2",
+        "--set",
+        "hidden=[8]",
+        "--set",
+        "num_envs=16",
+        "--set",
+        "steps_per_round=10",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "of the teacher's gain over random" in out and "fewer FLOPs" in out
+    summary = json.loads((tmp_path / "s" / "distill.json").read_text())
+    assert summary["flops_ratio"] == pytest.approx(
+        summary["flops_per_action"]["teacher"] / summary["flops_per_action"]["student"]
+    )
+    assert main(["marl", "eval", str(tmp_path / "s"), "--episodes", "8"]) == 0
+    assert main([*args[:3], "--out", str(tmp_path / "s")]) == 2  # not empty: refused
+    assert (
+        main(["marl", "distill", str(tmp_path / "t"), "--out", str(tmp_path / "x"), "--set", "roundz=2"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "unknown key 'roundz'" in err and "Traceback" not in err
