@@ -78,6 +78,7 @@ def _random(step: VecStep) -> dict[str, np.ndarray]:
 
 
 def test_the_world_model_learns_known_dynamics() -> None:
+    torch.manual_seed(0)
     env = Walkers(32)
     train, test = collect(env, _random, 60, seed=1), collect(Walkers(32), _random, 20, seed=2)
     assert len(train) == 32 * 60 and train.done.sum() == 32 * 3
@@ -108,6 +109,7 @@ def test_the_teammate_model_tracks_a_teammate_that_changes() -> None:
 
         return act
 
+    torch.manual_seed(0)
     model = TeammateModel(2, 4, 5, hidden=[64, 64])
     data = collect(Walkers(32), scripted(True), 40, seed=3)
     model.fit(data, epochs=40)
@@ -122,6 +124,7 @@ def test_the_teammate_model_tracks_a_teammate_that_changes() -> None:
 
 
 def test_imagined_rollouts_never_touch_the_environment() -> None:
+    torch.manual_seed(0)
     env = Walkers(16)
     data = collect(env, _random, 30, seed=1)
     steps_before = env.real_steps
