@@ -259,6 +259,17 @@ def _run(
     return summary
 
 
+def read_run(run_dir: str | Path, missing: type[Exception] = ConfigError) -> tuple[dict[str, Any], Path]:
+    """(the resolved config.yaml, the checkpoint's path) of a ``teamrl marl train`` run directory;
+    ``missing`` raised, naming the file, when one of the two is not there."""
+    run_dir = Path(run_dir)
+    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoint.pt"
+    for path in (config_path, ckpt_path):
+        if not path.is_file():
+            raise missing(f"{path} not found; is {run_dir} a `teamrl marl train` run directory?")
+    return yaml.safe_load(config_path.read_text()), ckpt_path
+
+
 def resume_run(
     run_dir: str | Path,
     overrides: dict[str, Any] | None = None,
@@ -274,11 +285,8 @@ def resume_run(
     import torch
 
     run_dir = Path(run_dir)
-    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoint.pt"
-    for path in (config_path, ckpt_path):
-        if not path.is_file():
-            raise ConfigError(f"{path} not found; is {run_dir} a `teamrl marl train` run directory?")
-    resolved = yaml.safe_load(config_path.read_text())
+    resolved, ckpt_path = read_run(run_dir)
+    config_path = run_dir / "config.yaml"
     algo = resolved["algorithm"]
     module, _ = algorithm(algo)
     if not getattr(module, "RESUMABLE", False):
@@ -325,11 +333,7 @@ def evaluate_run(
     from teamrl.marl.run import RETURN_DEFINITION
 
     run_dir = Path(run_dir)
-    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoint.pt"
-    for path in (config_path, ckpt_path):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found; is {run_dir} a `teamrl marl train` run directory?")
-    resolved = yaml.safe_load(config_path.read_text())
+    resolved, ckpt_path = read_run(run_dir, FileNotFoundError)
     module, _ = algorithm(resolved["algorithm"])
     torch.set_num_threads(int(resolved["config"].get("threads", 1)))
     checkpoint = torch.load(ckpt_path, weights_only=False)
@@ -438,12 +442,8 @@ def distill_run(
     from teamrl.marl import distill
     from teamrl.marl.evaluate import evaluate, random_actor
 
-    teacher_dir, out = Path(teacher_dir), Path(out)
-    config_path, ckpt_path = teacher_dir / "config.yaml", teacher_dir / "checkpoint.pt"
-    for path in (config_path, ckpt_path):
-        if not path.is_file():
-            raise ConfigError(f"{path} not found; is {teacher_dir} a `teamrl marl train` run directory?")
-    resolved = yaml.safe_load(config_path.read_text())
+    out = Path(out)
+    resolved, ckpt_path = read_run(teacher_dir)
     if resolved["algorithm"] not in ("ippo", "mappo"):
         raise ConfigError(f"distillation takes an ippo or mappo teacher, not {resolved['algorithm']}")
     if out.exists() and any(out.iterdir()):
