@@ -198,6 +198,39 @@ def test_a_seeded_request_samples_the_same_whatever_its_batch(built: Path) -> No
     assert [g.completion_ids for g in reseeded] != [g.completion_ids for g in together]
 
 
+def test_identical_prompts_are_prefilled_once_and_sample_apart(built: Path) -> None:
+    """A group's identical prompts share one prefill (the first forward sees each prompt once); each row
+    then samples on its own: seeded rows give what they give alone, unseeded ones differ, greedy ones are
+    the single greedy completion."""
+    policy = _policy(built, "coder")
+    _perturb(policy, "coder", seed=2)
+    a, b = [p for p, _ in _copy_corpus(2, seed=9)]
+    seen: list[int] = []
+    forward = policy.model.forward
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(int(kwargs["input_ids"].shape[0]))
+        return forward(*args, **kwargs)
+
+    policy.model.forward = counting  # type: ignore[method-assign]
+    try:
+        seeded = [GenerationRequest(p, "coder", 8, 1.0, seed=40 + i) for i, p in enumerate([a] * 5 + [b] * 3)]
+        together = policy.generate(seeded)
+        assert seen[0] == 2  # the prefill: two distinct prompts for eight rows
+        seen.clear()
+        alone = [policy.generate([r])[0] for r in seeded]
+        assert [g.completion_ids for g in together] == [g.completion_ids for g in alone]
+        for g, h in zip(together, alone, strict=True):
+            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-4)
+        free = policy.generate([GenerationRequest(a, "coder", 8, 1.0)] * 6)
+        assert len({tuple(g.completion_ids) for g in free}) > 1  # the copies sample apart
+        greedy = policy.generate([GenerationRequest(a, "coder", 8, 0.0)] * 3)
+        single = policy.generate([GenerationRequest(a, "coder", 8, 0.0)])[0]
+        assert all(g.completion_ids == single.completion_ids for g in greedy)
+    finally:
+        policy.model.forward = forward  # type: ignore[method-assign]
+
+
 def test_exponential_race_samples_each_token_with_its_probability() -> None:
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
     n = 20000

@@ -99,6 +99,7 @@ class HFPolicy(LoraAdapterMixin):
         self.model: PreTrainedModel | PeftModel = model
         self.lora = lora
         self.max_batch_size = max_batch_size
+        self.share_prefill = True  # identical prompts of a micro-batch prefilled once (False: each alone)
         self.adapter_names: list[str] = []
         self._trainable: set[str] = set()
         self._params: dict[str | None, dict[str, torch.nn.Parameter]] = {}
@@ -245,13 +246,25 @@ class HFPolicy(LoraAdapterMixin):
         same tokens (common random numbers: the difference of two evaluations is far less noisy).
         """
         device = self.base.device
+        # identical prompts (a task's group starting its episodes, an evaluation's samples) are prefilled
+        # once; their rows of the cache and the logits are copied before the rows sample apart
+        if self.share_prefill:
+            first: dict[tuple[int, ...], int] = {}
+            source = [first.setdefault(tuple(p), len(first)) for p in prompts]
+            unique = [list(p) for p in first]
+        else:  # every row prefilled on its own (for measuring what sharing saves)
+            source, unique = list(range(len(prompts))), [list(p) for p in prompts]
         width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, p in enumerate(prompts):
-            ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
+
+        def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+            ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, p in enumerate(rows):
+                ids[row, width - len(p) :] = torch.tensor(p)
+                mask[row, width - len(p) :] = 1
+            return ids.to(device), mask.to(device)
+
+        ids, mask = padded(unique)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each row counts from its first token
         sample = temperature > 0
         scale = temperature if sample else 1.0
@@ -267,9 +280,14 @@ class HFPolicy(LoraAdapterMixin):
                 input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep_last
             )
             cache = getattr(out, self._cache_kw)
+            logits = out.logits[:, -1]
+            if len(unique) < len(prompts):
+                rows = torch.tensor(source, device=device)
+                cache.batch_select_indices(rows)
+                logits, mask, positions = logits[rows], mask[rows], positions[rows]
             next_pos = positions[:, -1:] + 1
             for step in range(max_new_tokens):
-                lp = F.log_softmax(out.logits[:, -1].float() / scale, dim=-1)
+                lp = F.log_softmax(logits.float() / scale, dim=-1)
                 if not sample:
                     token = lp.argmax(-1, keepdim=True)
                 elif generators is None:
@@ -298,6 +316,7 @@ class HFPolicy(LoraAdapterMixin):
                     use_cache=True,
                     **{self._cache_kw: cache},
                 )
+                logits = out.logits[:, -1]
                 next_pos = next_pos + 1
         return [
             Generation(
