@@ -276,3 +276,39 @@ def test_auto_refuses_to_run_without_bwrap_and_rlimits_must_be_chosen(
         assert judged.passed == [True]
     finally:
         sandbox_module._bwrap_backend.cache_clear()
+
+
+def test_the_uid_sweep_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The /proc sweep after a bwrap run (as root) waits in a worker thread: a coroutine beside the run
+    keeps ticking while it waits; and the run still returns only once the sweep is done."""
+    sandbox = _make("bwrap")
+    if not sandbox_module._is_root():
+        pytest.skip("the uid sweep runs as root only")
+    swept: list[float] = []
+
+    def slow_sweep(uid: int, timeout_s: float = 2.0) -> None:
+        time.sleep(0.3)  # a sweep that has to wait for the kernel
+        swept.append(time.monotonic())
+
+    monkeypatch.setattr(sandbox_module, "_sweep_uid", slow_sweep)
+
+    async def main() -> tuple[int, float]:
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        await sandbox.run("print(1)")
+        done = time.monotonic()
+        stop.set()
+        await task
+        return ticks, done
+
+    ticks, done = asyncio.run(main())
+    assert swept and swept[0] <= done  # the run waited for the sweep
+    assert ticks >= 10  # the loop ran other work during the 0.3 s sweep

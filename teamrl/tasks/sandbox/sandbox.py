@@ -32,6 +32,7 @@ except under ``CI``, where they fail).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -491,7 +492,8 @@ class Sandbox:
             finally:
                 wall_s = time.monotonic() - start
                 timed_out = transport.get_returncode() is None
-                self._kill_tree(transport, uid)
+                if self._kill_tree(transport, uid):
+                    await _swept(uid)
                 await collector.exited
                 # Leftovers are dead now, so the pipes close promptly, except after a setsid()
                 # escape in the non-root fallback: do not wait on those forever.
@@ -511,17 +513,17 @@ class Sandbox:
         """Blocking ``run`` for code without an event loop."""
         return _run_blocking(self.run(source, stdin))
 
-    def _kill_tree(self, transport: asyncio.SubprocessTransport, uid: int) -> None:
+    def _kill_tree(self, transport: asyncio.SubprocessTransport, uid: int) -> bool:
+        """Kill what the run left; True when the caller must still sweep ``uid`` (:func:`_sweep_uid`)."""
         alive = transport.get_returncode() is None
         if self._backend.bwrap is not None:
             if alive:
                 # Kills bwrap, whose pid 1 follows (--die-with-parent) taking the namespace along.
                 transport.kill()
-            if _is_root():
-                # The namespace's teardown is asynchronous, and slow on a loaded machine: kill the
-                # run's uid ourselves and wait until the kernel has taken its processes away.
-                _sweep_uid(uid)
-        elif _is_root():
+            # The namespace's teardown is asynchronous, and slow on a loaded machine: as root, kill the
+            # run's uid ourselves and wait until the kernel has taken its processes away.
+            return _is_root()
+        if _is_root():
             if alive:
                 # Not our root reaper (_boot.py): it reaps the run's processes once they die.
                 _kill_uid(uid)
@@ -530,6 +532,22 @@ class Sandbox:
             # finished program included; a program that calls setsid() escapes this.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(transport.get_pid(), signal.SIGKILL)
+        return False
+
+
+_SWEEPER = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="teamrl-sweep")
+
+
+async def _swept(uid: int) -> None:
+    """:func:`_sweep_uid` in a worker thread: the scan of /proc and the short sleeps while the kernel
+    takes the run's processes away no longer hold up the event loop (the other episodes' generation and
+    checks). The uid goes back to the pool only once it is swept, even when the run is cancelled."""
+    future = _SWEEPER.submit(_sweep_uid, uid)
+    try:
+        await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.result()  # bounded by _sweep_uid's own timeout; the uid must not be reused before
+        raise
 
 
 @functools.cache
