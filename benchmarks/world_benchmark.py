@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r = future.result()
             runs.append(r)
             print(
-                f"{r['weights']} seed {r['seed']}: conversations {r['conversations_per_agent']:.2f}, shared {r['shared_achieved']:.2f} ({r['wall_s']:.0f} s)",
+                f"{r['weights']} seed {r['seed']}: conversations {r['conversations_per_agent']:.2f}, "
+                f"shared {r['shared_achieved']:.2f} ({r['wall_s']:.0f} s)",
                 flush=True,
             )
     summary = []
