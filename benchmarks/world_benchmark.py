@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from teamrl.atomic import atomic_write_text  # noqa: E402
 from teamrl.marl.core import VecStep  # noqa: E402
-from teamrl.world.town import TownParallelEnv, action_table, scripted_action  # noqa: E402
+from teamrl.world.town import TownParallelEnv, action_table, encode, scripted_action  # noqa: E402
 
 ENV = "teamrl.world.town:parallel_env"
 STATS = (
@@ -80,10 +80,7 @@ def play(policy: Any, episodes: int, env_kwargs: dict[str, Any]) -> dict[str, fl
             if done[i]:
                 continue
             if policy is None:
-                chosen = {
-                    a: table.index(_as_table_action(scripted_action(env.town, a, rng), a, agents, table))
-                    for a in agents
-                }
+                chosen = {a: encode(scripted_action(env.town, a, rng), a, agents, table) for a in agents}
             else:
                 chosen = {a: int(actions[a][i]) for a in agents}
             o, _, _, trunc, infos = env.step(chosen)
@@ -93,15 +90,6 @@ def play(policy: Any, episodes: int, env_kwargs: dict[str, Any]) -> dict[str, fl
             else:
                 obs[i] = o
     return {k: float(np.mean([f[k] for f in finished])) for k in STATS}
-
-
-def _as_table_action(action: Any, agent: str, agents: list[str], table: list[Any]) -> Any:
-    """A decoded action back to its table entry (``talk`` by the partner's position after ``agent``)."""
-    if action.kind != "talk":
-        return action
-    i = agents.index(agent)
-    others = agents[i + 1 :] + agents[:i]
-    return type(action)("talk", to=str(others.index(action.to)), topic=action.topic)
 
 
 def random_policy(n_actions: int, seed: int = 0) -> Any:

@@ -17,6 +17,7 @@ from teamrl.world.town import (
     action_table,
     aec_env,
     decode,
+    encode,
     parallel_env,
     planned,
     scripted_action,
@@ -95,9 +96,9 @@ def test_the_reward_is_the_weighted_objectives_and_coherence_follows_the_plan() 
     table = action_table(env.possible_agents)
     town = env.town
     plans = {a: sorted(planned(town, a), key=repr)[0] for a in env.agents}
-    index = {}
-    for a, act in plans.items():
-        index[a] = next(i for i in range(len(table)) if decode(i, a, env.possible_agents, table) == act)
+    index = {a: encode(act, a, env.possible_agents, table) for a, act in plans.items()}
+    for a, act in plans.items():  # encode is decode's inverse
+        assert decode(index[a], a, env.possible_agents, table) == act
     _, rewards, _, _, infos = env.step(index)
     for a in env.possible_agents:
         o = infos[a]["objectives"]

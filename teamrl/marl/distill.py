@@ -33,7 +33,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamrl.marl.core import VecMultiAgentEnv
-from teamrl.marl.ppo_nets import Actor, GroupSpec, group_masks, group_obs, reset_where
+from teamrl.marl.ppo_nets import Actor, group_masks, group_obs, load_actors, reset_where
 
 
 class Config(BaseModel):
@@ -57,28 +57,11 @@ def mlp_flops(sizes: list[int]) -> int:
     return sum(2 * a * b for a, b in zip(sizes[:-1], sizes[1:], strict=False))
 
 
-def _groups(checkpoint: dict[str, Any]) -> list[GroupSpec]:
-    return [
-        GroupSpec(**{**g, "entities": tuple(g["entities"]) if g.get("entities") else None})
-        for g in checkpoint["groups"]
-    ]
-
-
-def _actors(checkpoint: dict[str, Any]) -> list[Actor]:
-    cfg = checkpoint["config"]
-    out = []
-    for g, state in zip(_groups(checkpoint), checkpoint["actors"], strict=True):
-        actor = Actor(g, cfg["hidden"], cfg.get("activation", "relu"), bool(cfg.get("recurrent", False)))
-        actor.load_state_dict(state)
-        out.append(actor.eval())
-    return out
-
-
 def flops_per_action(checkpoint: dict[str, Any]) -> float:
     """Mean FLOPs of one agent's action under ``checkpoint``'s actors (see the module)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    groups, actors = _groups(checkpoint), _actors(checkpoint)
+    groups, actors = load_actors(checkpoint)
     total = 0.0
     for g, actor in zip(groups, actors, strict=True):
         x = torch.zeros(1, 1, g.in_dim)
@@ -108,12 +91,11 @@ def distill(
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    groups = _groups(teacher)
+    groups, teachers = load_actors(teacher)
     if not all(g.discrete for g in groups):
         raise ValueError(
             "distillation of continuous actions is not supported yet (discrete action spaces only)"
         )
-    teachers = _actors(teacher)
     student_groups = [replace(g, entities=None) for g in groups]
     students = [Actor(g, cfg.hidden, cfg.activation) for g in student_groups]
     params = [p for s in students for p in s.parameters()]

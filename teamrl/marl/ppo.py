@@ -46,6 +46,7 @@ from teamrl.marl.ppo_nets import (  # re-exported: the networks and groups are p
     env_actions,
     group_masks,
     group_obs,
+    load_actors,
     make_groups,
     reset_where,
 )
@@ -449,16 +450,8 @@ def make_actor(
     checkpoint: dict[str, Any], deterministic: bool = True
 ) -> Callable[[VecStep], dict[str, np.ndarray]]:
     """Rebuild a checkpoint's actors; the returned function maps a ``VecStep`` to every agent's action."""
-    cfg = Config(**checkpoint["config"])
-    groups = [
-        GroupSpec(**{**g, "entities": tuple(g["entities"]) if g.get("entities") else None})
-        for g in checkpoint["groups"]
-    ]
-    actors = []
-    for g, state in zip(groups, checkpoint["actors"], strict=True):
-        actor = Actor(g, cfg.hidden, cfg.activation, cfg.recurrent)
-        actor.load_state_dict(state)
-        actors.append(actor.eval())
+    Config(**checkpoint["config"])  # a checkpoint of this algorithm's settings (a clear error otherwise)
+    groups, actors = load_actors(checkpoint)
     # recurrent: each group's GRU state, carried from call to call and reset where step.done says an
     # episode ended (the first call starts from zeros); a new actor for every evaluation
     states: list[torch.Tensor | None] = [None] * len(groups)

@@ -275,3 +275,19 @@ def reset_where(h: torch.Tensor | None, done: np.ndarray | torch.Tensor) -> torc
         return None
     keep = 1.0 - torch.as_tensor(done, dtype=h.dtype).reshape(-1, 1, 1)
     return h * keep
+
+
+def load_actors(checkpoint: dict[str, Any]) -> tuple[list[GroupSpec], list[Actor]]:
+    """A checkpoint's groups and their actors, weights loaded, in eval mode (its ``config`` needs
+    ``hidden``; ``activation`` and ``recurrent`` default as in ``ppo.Config``)."""
+    cfg = checkpoint["config"]
+    groups = [
+        GroupSpec(**{**g, "entities": tuple(g["entities"]) if g.get("entities") else None})
+        for g in checkpoint["groups"]
+    ]
+    actors = []
+    for g, state in zip(groups, checkpoint["actors"], strict=True):
+        actor = Actor(g, cfg["hidden"], cfg.get("activation", "relu"), bool(cfg.get("recurrent", False)))
+        actor.load_state_dict(state)
+        actors.append(actor.eval())
+    return groups, actors

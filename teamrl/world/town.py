@@ -93,6 +93,13 @@ def decode(index: int, agent: str, agents: list[str], table: list[Action]) -> Ac
     return Action("talk", to=others[int(action.to or 0)], topic=action.topic)
 
 
+def encode(action: Action, agent: str, agents: list[str], table: list[Action]) -> int:
+    """The index of ``agent``'s ``action`` in ``table``: the inverse of :func:`decode`."""
+    if action.kind == "talk":
+        action = Action("talk", to=str(_others(agent, agents).index(str(action.to))), topic=action.topic)
+    return table.index(action)
+
+
 def _others(agent: str, agents: list[str]) -> list[str]:
     i = agents.index(agent)
     return agents[i + 1 :] + agents[:i]
