@@ -85,7 +85,7 @@ def train_teamrl(algo: str, env: str, env_steps: int, seed: int, extra: dict[str
         "agent_steps_per_s": steps * N_AGENTS / wall,
         "agent_steps_per_cpu_s": steps * N_AGENTS / cpu,
     }
-    ev = evaluate_on_episode_set(module.make_actor(checkpoint, deterministic=True))
+    ev = evaluate_on_episode_set(lambda env: module.make_actor(checkpoint, deterministic=True))
     out.update(return_mean=ev["return/mean"], return_std=ev["return/std"], returns=ev["returns"])
     return out
 
@@ -93,13 +93,13 @@ def train_teamrl(algo: str, env: str, env_steps: int, seed: int, extra: dict[str
 EPISODES = 50  # the episode set every teamrl-side policy is evaluated on: batched simple_spread, EVAL_SEED
 
 
-def evaluate_on_episode_set(actor: Any) -> dict[str, Any]:
-    """``actor`` on THE episode set of this benchmark: the batched simple_spread (step for step mpe2's),
-    ``EPISODES`` copies reset with ``EVAL_SEED``, one episode each. Random, the heuristic and every trained
-    policy play these same episodes."""
+def evaluate_on_episode_set(actor_for: Any) -> dict[str, Any]:
+    """The actor ``actor_for(env)`` on THE episode set of this benchmark: the batched simple_spread (step for
+    step mpe2's), ``EPISODES`` copies reset with ``EVAL_SEED``, one episode each. Random, the heuristic and
+    every trained policy play these same episodes."""
     env = make_env_factory("simple_spread", {})(EPISODES, EVAL_SEED)
     try:
-        return evaluate(actor, env, EPISODES, seed=EVAL_SEED)
+        return evaluate(actor_for(env), env, EPISODES, seed=EVAL_SEED)
     finally:
         env.close()
 
@@ -117,12 +117,9 @@ def heuristic_actor(step: Any) -> dict[str, Any]:
 def eval_baselines() -> dict[str, dict[str, Any]]:
     """Random actions and the assignment heuristic on the benchmark's episode set."""
     out = {}
-    for name, actor in (("random", None), ("heuristic", heuristic_actor)):
-        if actor is None:
-            env = make_env_factory("simple_spread", {})(EPISODES, EVAL_SEED)
-            actor = random_actor(env, seed=0)
-            env.close()
-        ev = evaluate_on_episode_set(actor)
+    actors = {"random": lambda env: random_actor(env, seed=0), "heuristic": lambda env: heuristic_actor}
+    for name, actor_for in actors.items():
+        ev = evaluate_on_episode_set(actor_for)
         out[name] = {
             "return_mean": ev["return/mean"],
             "return_std": ev["return/std"],
