@@ -89,8 +89,13 @@ class RunContext:
         unreadable lines) to ``metrics.discarded.jsonl``; the kept rows."""
         assert self._log is not None and self.run_dir is not None
         rows = self._log.lines()
-        kept = [r for r in rows if r is not None and int(r.get("step", 0)) <= step]
-        dropped = [r if r is not None else {"unreadable": True} for r in rows if r is None or r not in kept]
+        kept: list[dict[str, Any]] = []
+        dropped: list[dict[str, Any]] = []
+        for r in rows:
+            if r is not None and int(r.get("step", 0)) <= step:
+                kept.append(r)
+            else:
+                dropped.append(r if r is not None else {"unreadable": True})
         if dropped:
             discarded = JsonlLog(self.run_dir / "metrics.discarded.jsonl")
             for row in dropped:
