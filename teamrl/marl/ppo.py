@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from teamrl.marl.core import VecStep
+from teamrl.marl.imagination import Imagination, ModelConfig, check_env
 from teamrl.marl.ppo_nets import (  # re-exported: the networks and groups are part of this module's API
     ACTIVATIONS,
     MASKED_LOGIT,
@@ -113,6 +114,11 @@ class Config(BaseModel):
         "rollouts (rollout_steps long) from the state each began with, minibatches over env copies",
     )
     activation: Literal["tanh", "relu"] = "relu"
+    model: ModelConfig | None = Field(
+        None,
+        description="model-based PPO: a world model learned from the real steps, and the update also learns "
+        "from imagined branches of it (teamrl/marl/imagination.py); null: model-free",
+    )
     value_norm: bool = Field(True, description="running mean / std normalisation of value targets")
     checkpoint_every: int = Field(250_000, ge=1, description="env steps between checkpoints")
     threads: int = Field(1, ge=1, description="torch threads")
@@ -121,6 +127,10 @@ class Config(BaseModel):
     def _recurrent(self) -> Config:
         if self.recurrent and self.entity_actor:
             raise ValueError("recurrent and entity_actor cannot be combined yet: set one of them false")
+        if self.recurrent and self.model is not None:
+            raise ValueError(
+                "recurrent and model (imagined rollouts) cannot be combined yet: set one of them"
+            )
         if self.recurrent and self.minibatches > self.num_envs:
             raise ValueError(
                 f"recurrent minibatches split the {self.num_envs} env copies: minibatches "
@@ -204,6 +214,10 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         [Critic(g.in_dim + state_dim, critic_hidden, cfg.activation, cfg.recurrent) for g in groups]
     )
     optimizer = torch.optim.Adam([*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5)
+    imag = None
+    if cfg.model is not None:
+        check_env(env, cfg.centralised_critic)
+        imag = Imagination(cfg.model, env, cfg.seed)
 
     def inputs(g: GroupSpec, obs: dict[str, np.ndarray], state: np.ndarray) -> tuple[torch.Tensor, ...]:
         x = group_obs(g, obs)
@@ -237,26 +251,75 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             "iteration": iteration,
             "optimizer": optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            **({"world_model": imag.state_dict()} if imag is not None else {}),
         }
 
     # rollout storage: per group, tensors [T, B, k, ...]; per copy, terminated / done [T, B, 1]
-    def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.zeros(T, B, *shape, dtype=dtype)
+    def storage(steps: int, copies: int) -> list[dict[str, torch.Tensor]]:
+        def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.zeros(steps, copies, *shape, dtype=dtype)
 
-    buf = [
-        {
-            "actor_in": zeros(g.k, g.in_dim),
-            "critic_in": zeros(g.k, g.in_dim + state_dim),
-            "actions": zeros(g.k, dtype=torch.long) if g.discrete else zeros(g.k, g.n_out),
-            "masks": zeros(g.k, g.n_out, dtype=torch.bool) if g.discrete else zeros(0),
-            "logp": zeros(g.k),
-            "values": zeros(g.k),
-            "rewards": zeros(g.k),
-            "final_values": zeros(g.k),  # value of final_obs, where a copy was truncated
-        }
-        for g in groups
-    ]
-    terminated, done = zeros(1), zeros(1)
+        return [
+            {
+                "actor_in": zeros(g.k, g.in_dim),
+                "critic_in": zeros(g.k, g.in_dim + state_dim),
+                "actions": zeros(g.k, dtype=torch.long) if g.discrete else zeros(g.k, g.n_out),
+                "masks": zeros(g.k, g.n_out, dtype=torch.bool) if g.discrete else zeros(0),
+                "logp": zeros(g.k),
+                "values": zeros(g.k),
+                "rewards": zeros(g.k),
+                "final_values": zeros(g.k),  # value of final_obs, where a copy was truncated
+            }
+            for g in groups
+        ]
+
+    buf = storage(T, B)
+    terminated, done = torch.zeros(T, B, 1), torch.zeros(T, B, 1)
+
+    def advantage(
+        i: int, b: dict[str, torch.Tensor], after: torch.Tensor, term: torch.Tensor, ended: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalised advantages, value targets) of one group's steps ``b`` ``[S, C, k]``, flat ``[S * C,
+        k]``; ``after``: the value after the last step."""
+        next_values = torch.cat([b["values"][1:], after[None]])
+        cut = (ended - term).bool().expand_as(next_values)
+        next_values = torch.where(cut, b["final_values"], next_values)
+        adv, ret = gae(b["rewards"], b["values"], next_values, term, ended, cfg.gamma, cfg.gae_lambda)
+        rows = adv.shape[0] * adv.shape[1]
+        return ((adv - adv.mean()) / (adv.std() + 1e-8)).reshape(rows, -1), ret.reshape(rows, -1)
+
+    def imagined() -> list[tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
+        """Per group: the flat imagined steps of this update, their advantages and value targets."""
+        assert imag is not None and cfg.model is not None
+        H, N = cfg.model.horizon, imag.branches(T * B)
+        ibuf = storage(H, N)
+
+        def act(obs: dict[str, np.ndarray], state: np.ndarray, t: int) -> dict[str, np.ndarray]:
+            chosen: dict[str, np.ndarray] = {}
+            for i, g in enumerate(groups):
+                x, xc = inputs(g, obs, state)
+                dist = cast(Actor, actors[i]).dist(x)
+                a = dist.sample()
+                b = ibuf[i]
+                b["actor_in"][t], b["critic_in"][t], b["actions"][t], b["logp"][t] = (
+                    x,
+                    xc,
+                    a,
+                    dist.log_prob(a),
+                )
+                b["values"][t] = value(i, xc, None)[0]
+                b["masks"][t] = True
+                chosen.update(env_actions(g, a))
+            return chosen
+
+        last_obs, last_state, rewards = imag.branch(N, act)
+        out, never = [], torch.zeros(H, N, 1)
+        for i, g in enumerate(groups):
+            ibuf[i]["rewards"] = rewards[:, :, g.index]
+            after = value(i, inputs(g, last_obs, last_state)[1], None)[0]
+            adv, ret = advantage(i, ibuf[i], after, never, never)
+            out.append(({k: v.reshape(H * N, *v.shape[2:]) for k, v in ibuf[i].items()}, adv, ret))
+        return out
 
     def replay(i: int, g: GroupSpec, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Recurrent: the copies ``idx`` of group ``i`` replayed over the rollout from the states it began
@@ -279,6 +342,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     env_steps, first_iteration = 0, 0
     if run.resume is not None:  # the networks, optimizer and RNG of the checkpoint; fresh episodes
         first_iteration, env_steps = restore(run.resume, actors, critics, optimizer, env.agents)
+        if imag is not None and "world_model" in run.resume:
+            imag.load_state_dict(run.resume["world_model"])
     step = env.reset(seed=cfg.seed if run.resume is None else resume_seed(cfg.seed, env_steps))
     ep_return, ep_length = np.zeros((B, n_agents)), np.zeros(B, dtype=np.int64)
     finished_returns: list[np.ndarray] = []
@@ -312,7 +377,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                     if g.discrete:
                         b["masks"][t] = True if mask is None else mask
                     actions.update(env_actions(g, a))
-                step = env.step(actions)
+                before, step = step, env.step(actions)
+                if imag is not None:
+                    imag.record(before, actions, step)
                 rewards = np.stack([step.rewards[a] for a in env.agents], axis=1).astype(np.float32)
                 terminated[t, :, 0] = torch.from_numpy(step.terminated)
                 done[t, :, 0] = torch.from_numpy(step.done)
@@ -337,25 +404,29 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             # ---- advantages and value targets, per agent
             advantages, targets = [], []
             for i, g in enumerate(groups):
-                b = buf[i]
                 after = value(i, inputs(g, step.obs, step.state)[1], h_critic[i])[0]
-                next_values = torch.cat([b["values"][1:], after[None]])
-                cut = (done - terminated).bool().expand_as(next_values)
-                next_values = torch.where(cut, b["final_values"], next_values)
-                adv, ret = gae(
-                    b["rewards"], b["values"], next_values, terminated, done, cfg.gamma, cfg.gae_lambda
-                )
+                adv, ret = advantage(i, buf[i], after, terminated, done)
                 if cfg.value_norm:
-                    cast(Critic, critics[i]).norm.update(ret)
-                advantages.append(((adv - adv.mean()) / (adv.std() + 1e-8)).reshape(T * B, g.k))
-                targets.append(ret.reshape(T * B, g.k))
+                    cast(Critic, critics[i]).norm.update(ret)  # real returns only
+                advantages.append(adv)
+                targets.append(ret)
+            flat = [{key: v.reshape(T * B, *v.shape[2:]) for key, v in b.items()} for b in buf]
+            n_rows, minibatches = T * B, cfg.minibatches
+            model_metrics = imag.end_rollout() if imag is not None else {}
+            if imag is not None and imag.ready:  # the update also learns from imagined steps
+                for i, (extra, adv, ret) in enumerate(imagined()):
+                    flat[i] = {k: torch.cat([flat[i][k], extra[k]]) for k in flat[i]}
+                    advantages[i], targets[i] = torch.cat([advantages[i], adv]), torch.cat([targets[i], ret])
+                minibatches = max(1, round(cfg.minibatches * len(targets[0]) / n_rows))  # same minibatch size
+                n_rows = len(targets[0])
+            if imag is not None:
+                model_metrics["model/imagined_steps"] = float(imag.imagined_steps)
 
         # ---- update: epochs x minibatches over the copy-steps (recurrent: over the copies, each replayed
         # over the whole rollout from the states it began with), every group in one loss
-        flat = [{key: v.reshape(T * B, *v.shape[2:]) for key, v in b.items()} for b in buf]
         stats: dict[str, list[float]] = {}
         for _ in range(cfg.epochs):
-            for idx in torch.randperm(B if cfg.recurrent else T * B).chunk(cfg.minibatches):
+            for idx in torch.randperm(B if cfg.recurrent else n_rows).chunk(minibatches):
                 loss = torch.zeros(())
                 for i, g in enumerate(groups):
                     if cfg.recurrent:
@@ -375,7 +446,10 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                     if cfg.value_norm:
                         norm = cast(Critic, critics[i]).norm
                         target, old = norm.normalize(target), norm.normalize(old)
-                    v_loss = value_loss(predicted, old, target, cfg.value_clip)
+                    if n_rows > T * B and not cast(ModelConfig, cfg.model).critic_targets:
+                        real = picked < T * B  # the critic learns from the real steps only
+                        predicted, old, target = predicted[real], old[real], target[real]
+                    v_loss = value_loss(predicted, old, target, cfg.value_clip) if len(target) else 0.0 * loss
                     loss = loss + pg_loss - cfg.ent_coef * entropy + v_loss
                     with torch.no_grad():
                         log_ratio = logp - b["logp"][picked]
@@ -399,6 +473,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         metrics["agent_steps_per_s"] = done_steps * n_agents / (time.perf_counter() - start)
         metrics["lr"] = optimizer.param_groups[0]["lr"]
         metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
+        metrics.update(model_metrics)
         run.log(env_steps, metrics)
         run.after_update(env_steps, cfg.checkpoint_every, partial(checkpoint, env_steps, iteration + 1))
 

@@ -73,6 +73,22 @@ def _one_line(err: ValidationError, algo: str, model: type[BaseModel], preset: d
     return "invalid --set: " + "; ".join(parts)
 
 
+def _nest(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``{"model.horizon": 3}`` -> ``{"model": {"horizon": 3}}`` (merged with a ``model`` given whole)."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            child = node.get(part)
+            node[part] = child = dict(child) if isinstance(child, dict) else {}
+            node = child
+        if isinstance(value, dict) and isinstance(node.get(leaf), dict):
+            value = {**node[leaf], **value}
+        node[leaf] = value
+    return out
+
+
 def resolve(
     algo: str, env: str, overrides: dict[str, Any] | None = None
 ) -> tuple[ModuleType, BaseModel, dict[str, Any]]:
@@ -87,7 +103,7 @@ def resolve(
     for key in overrides:
         if key in preset and overrides[key] != preset[key]:
             raise ConfigError(f"{key} is fixed to {preset[key]!r} by the algorithm {algo!r}")
-    data = {**preset, **getattr(module, "ENV_PRESETS", {}).get(env, {}), **overrides}
+    data = {**preset, **getattr(module, "ENV_PRESETS", {}).get(env, {}), **_nest(overrides)}
     try:
         cfg = module.Config(**data)
     except ValidationError as err:
@@ -141,6 +157,13 @@ def check_spaces(algo: str, cfg: Any, env: Any) -> None:
             make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
         except ValueError as exc:
             raise ConfigError(f"{algo}: {exc}") from None
+        if cfg.model is not None:
+            from teamrl.marl.imagination import check_env
+
+            try:
+                check_env(env, cfg.centralised_critic)
+            except ValueError as exc:
+                raise ConfigError(f"{algo}: {exc}") from None
     if algo in ("qmix", "vdn") and cfg.max_episode_steps is None and env.max_steps is None:
         raise ConfigError(
             f"{algo} replays whole episodes and needs their length: the env has no integer max_cycles "

@@ -94,6 +94,36 @@ class WorldModel(nn.Module):
         delta = torch.from_numpy(data.next_obs - data.obs).flatten(1)
         return torch.cat([delta, torch.from_numpy(data.rewards)], dim=-1)
 
+    def observe(self, data: Transitions) -> None:
+        """Add ``data`` (new transitions only) to the running statistics that normalise inputs and targets."""
+        self.in_norm.update(torch.from_numpy(data.obs).flatten(1))
+        self.out_norm.update(self._targets(data))
+
+    @torch.enable_grad()
+    def train_steps(
+        self, data: Transitions, steps: int, batch_size: int = 256, lr: float = 1e-3, seed: int = 0
+    ) -> float:
+        """``steps`` Adam steps of every member, each on its own random minibatch of ``data`` (an online
+        bootstrap), with one optimizer kept across calls (training while the data grows, as in a
+        model-based learner); the normalisers are :meth:`observe`'s. The mean loss of the steps."""
+        if not hasattr(self, "_optimizer"):
+            self._optimizer = torch.optim.Adam(self.parameters(), lr=lr)
+        gen = torch.Generator().manual_seed(seed)
+        losses = []
+        for _ in range(steps):
+            loss = torch.zeros(())
+            for member in self.members:
+                idx = torch.randint(len(data), (min(batch_size, len(data)),), generator=gen).numpy()
+                part = Transitions(*(getattr(data, k)[idx] for k in Transitions.__dataclass_fields__))
+                x = self._inputs(torch.from_numpy(part.obs), torch.from_numpy(part.actions))
+                loss = loss + (member(x) - self.out_norm.normalize(self._targets(part))).square().mean()
+            self._optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self._optimizer.step()
+            losses.append(float(loss.detach()) / len(self.members))
+        return float(np.mean(losses)) if losses else float("nan")
+
+    @torch.enable_grad()
     def fit(
         self, data: Transitions, epochs: int = 20, batch_size: int = 256, lr: float = 1e-3, seed: int = 0
     ) -> list[float]:
@@ -131,13 +161,21 @@ class WorldModel(nn.Module):
 
     @torch.no_grad()
     def step(
-        self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        generator: torch.Generator | None = None,
+        mean: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(next observations ``[B, agents, obs_dim]``, rewards ``[B, agents]``), one member per row."""
+        """(next observations ``[B, agents, obs_dim]``, rewards ``[B, agents]``): one member drawn per row,
+        or (``mean``) the ensemble's mean prediction."""
         x = self._inputs(obs, actions)
         outs = torch.stack([m(x) for m in self.members])  # [members, B, out]
-        pick = torch.randint(len(self.members), (len(x),), generator=generator)
-        out = self.out_norm.denormalize(outs[pick, torch.arange(len(x))])
+        if mean:
+            out = self.out_norm.denormalize(outs.mean(0))
+        else:
+            pick = torch.randint(len(self.members), (len(x),), generator=generator)
+            out = self.out_norm.denormalize(outs[pick, torch.arange(len(x))])
         n = self.n_agents * self.obs_dim
         return obs + out[:, :n].reshape(obs.shape), out[:, n:]
 
@@ -163,6 +201,7 @@ class TeammateModel(nn.Module):
         """``[B, teammates, n_actions]`` for agent ``i``'s observations ``[B, obs_dim]``."""
         return self.nets[i](obs_i).reshape(len(obs_i), self.n_agents - 1, self.n_actions)
 
+    @torch.enable_grad()
     def fit(
         self, data: Transitions, epochs: int = 20, batch_size: int = 256, lr: float = 3e-3, seed: int = 0
     ) -> float:
