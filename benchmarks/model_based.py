@@ -98,7 +98,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     target, target_sd = _ms([r["final_return"] for r in mf])
     mb_final, mb_sd = _ms([r["final_return"] for r in mb])
     half = mb[0]["env_steps"]
-    mf_at_half = _ms([dict(r["curve"])[half] for r in mf if half in dict(r["curve"])])
+    mf_at_half = _ms([min(r["curve"], key=lambda p: abs(p[0] - half))[1] for r in mf])  # nearest point
     reached = next((s for s, v in mean_curve(mb) if v >= target), None)
     return {
         "model_free_final": [target, target_sd],
