@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from teamrl.atomic import atomic_write_text  # noqa: E402
 from teamrl.marl.core import VecStep  # noqa: E402
+from teamrl.world.timeline import plot_timeline, timeline_rows  # noqa: E402
 from teamrl.world.town import TownParallelEnv, action_table, encode, scripted_action  # noqa: E402
 
 ENV = "teamrl.world.town:parallel_env"
@@ -57,9 +58,9 @@ def parse_weights(text: str) -> dict[str, float]:
     return out
 
 
-def play(policy: Any, episodes: int, env_kwargs: dict[str, Any]) -> dict[str, float]:
+def play(policy: Any, episodes: int, env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """``policy(VecStep) -> {agent: [B] actions}`` (or None: scripted agents) on ``episodes`` towns, all at
-    once; the mean of each emergence statistic."""
+    once; the mean of each emergence statistic, and the first town's day (``timeline``: its rows)."""
     envs = [TownParallelEnv(**env_kwargs) for _ in range(episodes)]
     obs = [env.reset(seed=EVAL_SEED + i)[0] for i, env in enumerate(envs)]
     agents = envs[0].possible_agents
@@ -89,7 +90,9 @@ def play(policy: Any, episodes: int, env_kwargs: dict[str, Any]) -> dict[str, fl
                 done[i] = True
             else:
                 obs[i] = o
-    return {k: float(np.mean([f[k] for f in finished])) for k in STATS}
+    out: dict[str, Any] = {k: float(np.mean([f[k] for f in finished])) for k in STATS}
+    out["timeline"] = timeline_rows(envs[0].town)
+    return out
 
 
 def random_policy(n_actions: int, seed: int = 0) -> Any:
@@ -212,6 +215,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.results_dir / "world.json", json.dumps(result, indent=1))
     plot(result, args.results_dir / "world.png")
+    first = min(
+        args.seeds
+    )  # the first held-out town's day, per weighting (that seed) and the scripted agents
+    days = [("scripted agents", baselines["scripted"]["timeline"])]
+    for row in summary:
+        label = ", ".join(f"{k} {v:g}" for k, v in row["weights"].items() if v)
+        run = next(r for r in runs if r["weights"] == row["weights"] and r["seed"] == first)
+        days.append((f"MAPPO, {label} (seed {first})", run["timeline"]))
+    for i, (title, rows) in enumerate(days):
+        plot_timeline(rows, args.results_dir / f"world_timeline_{i}.png", title=f"town {EVAL_SEED}: {title}")
     return result
 
 

@@ -177,3 +177,25 @@ def test_the_diversity_bonus_is_the_normalised_entropy_of_partners_and_topics() 
     counts = [2, 1, 1]
     h = -sum(c / 4 * math.log(c / 4) for c in counts)
     assert town.talk_diversity(a0) == pytest.approx(h / math.log(4))
+
+
+def test_the_timeline_reads_who_was_where_who_talked_and_who_took_what(tmp_path) -> None:  # noqa: ANN001
+    from teamrl.world.timeline import plot_timeline, timeline_rows
+
+    town = Town(4, 8, seed=3)
+    a0, a1, a2, a3 = town.agents
+    for a in town.agents:
+        town.state[a].place = "home"
+    town.positions[0] = {a: "home" for a in town.agents}
+    town.state[a2].private = "coffee"
+    town.step({a0: Action("talk", to=a1, topic="party"), a2: Action("move", place="cafe")})
+    town.step({a2: Action("use", obj="coffee"), a3: Action("use", obj="coffee")})  # a3 is not at the cafe
+    rows = timeline_rows(town)
+    assert rows["places"] == [
+        dict.fromkeys(town.agents, "home"),
+        {a0: "home", a1: "home", a2: "cafe", a3: "home"},
+    ]
+    assert rows["talks"] == [[0, a0, a1, "party"]]
+    assert rows["taken"] == [[1, a2, "coffee"]]  # the impossible use is not drawn
+    out = plot_timeline(rows, tmp_path / "day.png", title="two ticks")
+    assert out.stat().st_size > 5_000 and out.read_bytes()[:4] == b"\x89PNG"
