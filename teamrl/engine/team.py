@@ -91,6 +91,10 @@ class Team:
         self._shared: dict[tuple[str, str, object], asyncio.Future[Generation]] = {}
         # Roles the rollout in progress trains (see train_turns); empty outside RL rollouts.
         self.trained_roles: frozenset[str] = frozenset()
+        # A role's teammate model: role -> async (its turn -> the probability that what comes next, the
+        # execution report or a teammate's verdict, goes its way), read by workflows that imagine before
+        # handing over (teamrl.workflows.foresight); none by default.
+        self.foresight: dict[str, Callable[[Turn], Awaitable[float]]] = {}
 
     def share_turns(self, roles: frozenset[str] | set[str] = frozenset()) -> None:
         """From now on, sample each distinct prompt of ``roles`` once and give every episode that asks

@@ -12,6 +12,7 @@ import copy
 import hashlib
 import re
 import shutil
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -276,15 +277,20 @@ class LoraAdapterMixin:
 
     @contextmanager
     def _use(self, adapter: str | None) -> Iterator[None]:
-        self._check(adapter)
-        if adapter is None:
-            if isinstance(self.model, PeftModel):
-                with self.model.disable_adapter():
+        """Run the block under ``adapter`` (None: the base), one thread at a time: a forward pass started
+        from another thread (the engine generates in a worker thread; a role's foresight reads hidden
+        states from another) never switches the adapter under a running one."""
+        lock = self.__dict__.get("_use_lock") or self.__dict__.setdefault("_use_lock", threading.RLock())
+        with lock:
+            self._check(adapter)
+            if adapter is None:
+                if isinstance(self.model, PeftModel):
+                    with self.model.disable_adapter():
+                        yield
+                else:
                     yield
-            else:
-                yield
-            return
-        if self.model.active_adapter != adapter:
-            self.model.set_adapter(adapter)
-            self._apply_trainable()  # peft's set_adapter flips requires_grad to "active adapter only"
-        yield
+                return
+            if self.model.active_adapter != adapter:
+                self.model.set_adapter(adapter)
+                self._apply_trainable()  # peft's set_adapter flips requires_grad to "active adapter only"
+            yield

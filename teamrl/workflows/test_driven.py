@@ -49,6 +49,7 @@ from teamrl.tasks.sandbox.calls import (
 )
 from teamrl.workflows.base import Workflow
 from teamrl.workflows.branching import TurnGroupConfig, TurnGroups, turn_group_metrics
+from teamrl.workflows.foresight import imagine
 from teamrl.workflows.pipeline import PipelineState, RoleConfig, split_tests, take_turn, verify
 from teamrl.workflows.turn_scores import programming_turn_score
 
@@ -120,6 +121,21 @@ class TDDConfig(WorkflowSettings):
         "pass fraction, ranked against the first versions of the task's other episodes (what the version "
         "did, whatever the revisions after it did: a wrong first version that a revision fixes is not "
         "paid like a right one); episode = with the episode's advantage (the submitted version's outcome)",
+    )
+    imagine: bool = Field(
+        False,
+        description="before handing over its first version, the coder predicts its execution report with its "
+        "teammate model (Team.foresight, teamrl.workflows.foresight) and, while it expects failure, writes "
+        "another version (imagine_tries in all), keeping the one it expects most of; the others' tokens are "
+        "counted in the episode's verifier['foresight'] (for evaluation and deployment: in RL the kept "
+        "version is a selected sample)",
+    )
+    imagine_tries: int = Field(3, ge=1, le=16, description="first versions written at most with imagine")
+    imagine_threshold: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="imagine: the predicted chance of passing below which the coder tries again",
     )
     turn_group: TurnGroupConfig = Field(
         default_factory=TurnGroupConfig,
@@ -399,6 +415,8 @@ class TDD(Workflow[TDDConfig]):
                 if review is not None:
                     sections.append(("review", review))
             turn = await speak(fixer if revision else coder, sections, revision)
+            if revision == 0 and cfg.imagine:
+                turn = await self._imagine(team, episode, task, coder, sections, context, turn)
             state.code.append(turn.message.content if turn.message else "")
             state.code_turns.append(len(episode.turns) - 1)
             context["report"], passing = await report(state.code[-1])
@@ -417,6 +435,8 @@ class TDD(Workflow[TDDConfig]):
             if state.reviews:
                 episode.verifier["review_cases"] = await judge_review_cases(episode, task, state, sandbox)
         episode.verifier["reports"] = reports
+        if "foresight" in context:
+            episode.verifier["foresight"] = context["foresight"]
         if state.tests_turn is not None:
             episode.verifier["tests_turn"] = state.tests_turn
         complete = len(on_versions) == len(state.code)
@@ -430,6 +450,49 @@ class TDD(Workflow[TDDConfig]):
             first = cfg.first_version_credit == "own"
             credit_revisions(episode, state.code_turns, first, cfg.revision_credit)
         return episode
+
+    async def _imagine(
+        self,
+        team: Team,
+        episode: Episode,
+        task: Any,
+        coder: str,
+        sections: list[tuple[str, str]],
+        context: dict[str, Any],
+        turn: Turn,
+    ) -> Turn:
+        """``imagine``: further first versions while the coder's teammate model expects the report to fail;
+        the one it expects most of takes the first's place in the episode (see ``TDDConfig.imagine``)."""
+        cfg = self.settings
+        predict = team.foresight.get(coder)
+        if predict is None:
+            raise ValueError(
+                f"workflow.imagine needs a teammate model for {coder!r} in Team.foresight "
+                "(teamrl.workflows.foresight; benchmarks/foresight.py fits one): none is set"
+            )
+
+        async def another(k: int) -> Turn:
+            aside = Episode(task_id=episode.task_id, group=episode.group)
+            context["sample"] = k  # another sample of the same prompt, also for a shared role
+            try:
+                return await take_turn(team, aside, task, coder, cfg.roles[coder], sections, 0, context)
+            finally:
+                context.pop("sample", None)
+
+        kept, tries, chances = await imagine(turn, predict, another, cfg.imagine_tries, cfg.imagine_threshold)
+        if kept:
+            episode.turns[-1] = tries[kept]
+            if turn.error and episode.errors and episode.errors[-1] == turn.error:
+                episode.errors.pop()
+            error = tries[kept].error
+            if error:
+                episode.errors.append(error)
+        context["foresight"] = {  # into the verifier once the episode is verified
+            "predicted": chances,
+            "kept": kept,
+            "extra_tokens": sum(len(t.completion_ids) for i, t in enumerate(tries) if i != kept),
+        }
+        return tries[kept]
 
     @classmethod
     def check_config(cls, settings: TDDConfig, config: Any) -> None:
