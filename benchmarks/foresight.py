@@ -64,9 +64,15 @@ def arm_stats(episodes: list[Any]) -> dict[str, Any]:
     extra = [int(e.verifier.get("foresight", {}).get("extra_tokens", 0)) for e in episodes]
     tokens = sum(e.num_generated_tokens for e in episodes) + sum(extra)
     tries = [len(e.verifier["foresight"]["predicted"]) for e in episodes if "foresight" in e.verifier]
+    first_examples = [
+        all(e.verifier["examples_on_versions"][0]) for e in episodes if e.verifier.get("examples_on_versions")
+    ]
+    first_hidden = [e.verifier["code_pass"][0] == 1.0 for e in episodes if e.verifier.get("code_pass")]
     return {
         "episodes": len(episodes),
         "success": sum(solved) / len(episodes),
+        "first_version_examples_pass": sum(first_examples) / max(1, len(first_examples)),
+        "first_version_solves": sum(first_hidden) / max(1, len(first_hidden)),
         "tokens": tokens,
         "tokens_per_solved": tokens / max(1, sum(solved)),
         "extra_tokens": sum(extra),
@@ -176,7 +182,15 @@ def main() -> None:
                 for m in ("accuracy", "base_rate_accuracy", "auc", "positive_rate")
             }
         for arm in ("plain", "imagine"):
-            summary[arm] = {m: _ms([x[arm][m] for x in rows]) for m in ("success", "tokens_per_solved")}
+            summary[arm] = {
+                m: _ms([x[arm][m] for x in rows])
+                for m in (
+                    "success",
+                    "tokens_per_solved",
+                    "first_version_examples_pass",
+                    "first_version_solves",
+                )
+            }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(
             args.json,
