@@ -148,6 +148,57 @@ def measure(run_dir: Path, n_train: int, n_heldout: int, tries: int, threshold: 
         trainer.close()
 
 
+def plot(data: dict[str, Any], path: Path) -> None:
+    """Per seed: the examples probe's held-out accuracy against the base rate; success and tokens per solved
+    task without and with imagine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = data["runs"]
+    names = [Path(r["run_dir"]).name for r in runs]
+    xs = range(len(runs))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    panels = [
+        (
+            "probe: first version passes the examples",
+            "accuracy",
+            [
+                ("base rate", [r["prediction"]["examples_pass"]["base_rate_accuracy"] for r in runs]),
+                ("probe", [r["prediction"]["examples_pass"]["accuracy"] for r in runs]),
+            ],
+        ),
+        (
+            "held-out success (T = 0.7)",
+            "success",
+            [
+                ("as trained", [r["plain"]["success"] for r in runs]),
+                ("imagine", [r["imagine"]["success"] for r in runs]),
+            ],
+        ),
+        (
+            "generated tokens per solved task",
+            "tokens",
+            [
+                ("as trained", [r["plain"]["tokens_per_solved"] for r in runs]),
+                ("imagine", [r["imagine"]["tokens_per_solved"] for r in runs]),
+            ],
+        ),
+    ]
+    for ax, (title, ylabel, bars) in zip(axes, panels, strict=True):
+        for k, (label, values) in enumerate(bars):
+            ax.bar([x + 0.38 * k for x in xs], values, width=0.38, label=label)
+        ax.set_xticks([x + 0.19 for x in xs], names, fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"the Coder's teammate model; imagine: up to {data['tries']} first versions", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _ms(xs: list[float]) -> str:
     return f"{statistics.fmean(xs):.3f} +- {statistics.stdev(xs) if len(xs) > 1 else 0.0:.3f}"
 
@@ -207,6 +258,7 @@ def main() -> None:
             ),
         )
     print(json.dumps(summary, indent=1))
+    plot(json.loads(args.json.read_text()), args.json.with_suffix(".png"))
 
 
 if __name__ == "__main__":
