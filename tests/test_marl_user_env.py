@@ -231,3 +231,17 @@ def test_a_broken_env_is_one_clean_line_before_any_run_dir(tmp_path, capsys, env
     assert expected in err, err
     assert err.startswith("teamrl: ") and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+def test_what_an_env_reports_about_an_episode_becomes_env_curves() -> None:
+    from teamrl.marl.envs.adapters import episode_summary
+    from teamrl.marl.run import info_metrics
+
+    infos = {
+        "a": {"other": 1},
+        "b": {"episode": {"talks": 3, "goal": 0.5, "won": True, "name": "x", "bad": float("nan")}},
+    }
+    assert episode_summary(infos) == {"talks": 3.0, "goal": 0.5}  # numbers only; flags, text, NaN left out
+    assert episode_summary({"a": {"episode": "done"}}) == {} and episode_summary(None) == {}
+    ended = [{"talks": 3.0, "goal": 0.5}, {"talks": 5.0}]
+    assert info_metrics(ended) == {"env/goal": 0.5, "env/talks": 4.0} and ended == []

@@ -150,6 +150,14 @@ def test_teamrl_marl_trains_on_the_town(tmp_path, capsys) -> None:  # noqa: ANN0
     args += ["--set", "env.n_agents=3", "--set", "env.social_weight=0.3"]
     assert main(args) == 0
     assert "mappo on teamrl.world.town:parallel_env" in capsys.readouterr().out
+    # what the town reports about each finished day is logged as env/<key> curves, and drawn
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    logged = {k for r in rows for k in r if k.startswith("env/")}
+    assert {"env/conversations_per_agent", "env/shared_achieved", "env/plausibility"} <= logged
+    assert all(0.0 <= r["env/shared_achieved"] <= 1.0 for r in rows if "env/shared_achieved" in r)
+    assert (tmp_path / "r" / "env_curves.png").stat().st_size > 5_000
 
 
 def test_the_judged_objective_is_paid_at_the_end_of_an_episode() -> None:

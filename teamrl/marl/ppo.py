@@ -51,7 +51,7 @@ from teamrl.marl.ppo_nets import (  # re-exported: the networks and groups are p
     make_groups,
     reset_where,
 )
-from teamrl.marl.run import RunContext, episode_metrics
+from teamrl.marl.run import RunContext, episode_metrics, info_metrics
 
 __all__ = [
     "ACTIVATIONS",
@@ -348,6 +348,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     ep_return, ep_length = np.zeros((B, n_agents)), np.zeros(B, dtype=np.int64)
     finished_returns: list[np.ndarray] = []
     finished_lengths: list[np.ndarray] = []
+    finished_info: list[dict[str, float]] = []  # what the env reported about each finished episode
     iterations = -(-cfg.total_env_steps // (T * B))
     start = time.perf_counter()
 
@@ -380,6 +381,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 before, step = step, env.step(actions)
                 if imag is not None:
                     imag.record(before, actions, step)
+                if step.info and "episode" in step.info:
+                    finished_info.extend(step.info["episode"])
                 rewards = np.stack([step.rewards[a] for a in env.agents], axis=1).astype(np.float32)
                 terminated[t, :, 0] = torch.from_numpy(step.terminated)
                 done[t, :, 0] = torch.from_numpy(step.done)
@@ -474,6 +477,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         metrics["lr"] = optimizer.param_groups[0]["lr"]
         metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
         metrics.update(model_metrics)
+        metrics.update(info_metrics(finished_info))
         run.log(env_steps, metrics)
         run.after_update(env_steps, cfg.checkpoint_every, partial(checkpoint, env_steps, iteration + 1))
 

@@ -177,6 +177,7 @@ class RunContext:
             self._tb.close()
         if self.run_dir is not None and self.history:
             plot_curve(self.history, self.run_dir / "learning_curve.png")
+            plot_env_curves(self.history, self.run_dir / "env_curves.png")
 
 
 def save_torch(obj: Any, path: Path) -> None:
@@ -209,6 +210,15 @@ def episode_metrics(
     return out
 
 
+def info_metrics(ended: list[dict[str, float]]) -> dict[str, float]:
+    """``env/<key>``: the mean over the episodes that ended since the last log row of what the env reported
+    about each (``VecStep.info["episode"]``), which it then forgets."""
+    keys = sorted({k for e in ended for k in e})
+    out = {f"env/{k}": float(np.mean([e[k] for e in ended if k in e])) for k in keys}
+    ended.clear()
+    return out
+
+
 def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mean") -> None:
     rows = [r for r in history if key in r and math.isfinite(r[key])]
     evals = [r for r in history if f"eval/{key}" in r and math.isfinite(r[f"eval/{key}"])]
@@ -237,3 +247,35 @@ def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mea
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     os.replace(tmp, path)
+
+
+def plot_env_curves(history: list[dict[str, Any]], path: Path) -> bool:
+    """One small curve per ``env/<key>`` the run logged (what the env reported about its episodes: the
+    town's objectives and what emerged); False (nothing drawn) when there is none."""
+    keys = sorted({k for r in history for k in r if k.startswith("env/")})
+    if not keys:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(4, len(keys))
+    rows_n = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(3.2 * cols, 2.4 * rows_n), squeeze=False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        points = [(r["step"], r[key]) for r in history if key in r and math.isfinite(r[key])]
+        ax.plot([p[0] for p in points], [p[1] for p in points], lw=1)
+        ax.set_title(key.removeprefix("env/").replace("_", " "), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys) :]:
+        ax.axis("off")
+    fig.supxlabel("environment steps", fontsize=8)
+    fig.tight_layout()
+    fd, tmp = temp_file_beside(path, ".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True

@@ -134,10 +134,11 @@ class PettingZooVecEnv:
         terminated, truncated = np.zeros(B, bool), np.zeros(B, bool)
         final_obs: dict[str, np.ndarray] | None = None
         final_state: np.ndarray | None = None
+        ended: list[dict[str, float]] = []  # the numeric infos[agent]["episode"] of episodes that ended
         for b, env in enumerate(self.envs):
             live = list(env.agents)
             acts = {a: self._env_action(a, actions[a][b]) for a in live}
-            obs, rew, term, trunc, _ = env.step(acts)
+            obs, rew, term, trunc, infos = env.step(acts)
             for a, r in rew.items():
                 if a in rewards:
                     rewards[a][b] = r
@@ -147,6 +148,9 @@ class PettingZooVecEnv:
                 continue
             terminated[b] = any(bool(term.get(a, False)) for a in live)
             truncated[b] = not terminated[b]
+            summary = episode_summary(infos)
+            if summary:
+                ended.append(summary)
             if final_obs is None:
                 final_obs = {a: np.zeros_like(o) for a, o in self._obs.items()}
                 final_state = np.zeros_like(self._state)
@@ -158,6 +162,8 @@ class PettingZooVecEnv:
         step = self._snapshot()
         step.rewards, step.terminated, step.truncated = rewards, terminated, truncated
         step.final_obs, step.final_state = final_obs, final_state
+        if ended:
+            step.info = {"episode": ended}
         return step
 
     def _env_action(self, agent: str, action: Any) -> Any:
@@ -169,6 +175,20 @@ class PettingZooVecEnv:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def episode_summary(infos: Any) -> dict[str, float]:
+    """The numbers an env reports about a finished episode in ``infos[agent]["episode"]`` (the first agent
+    that has them): what ``teamrl marl train`` logs as ``env/<key>`` curves (the town's objectives, say)."""
+    for info in (infos or {}).values():
+        stats = info.get("episode") if isinstance(info, dict) else None
+        if isinstance(stats, dict):
+            return {
+                str(k): float(v)
+                for k, v in stats.items()
+                if isinstance(v, int | float | np.number) and not isinstance(v, bool) and np.isfinite(v)
+            }
+    return {}
 
 
 class TurnBasedVecEnv:
