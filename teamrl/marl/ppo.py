@@ -277,7 +277,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     terminated, done = torch.zeros(T, B, 1), torch.zeros(T, B, 1)
 
     def advantage(
-        i: int, b: dict[str, torch.Tensor], after: torch.Tensor, term: torch.Tensor, ended: torch.Tensor
+        b: dict[str, torch.Tensor], after: torch.Tensor, term: torch.Tensor, ended: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(normalised advantages, value targets) of one group's steps ``b`` ``[S, C, k]``, flat ``[S * C,
         k]``; ``after``: the value after the last step."""
@@ -301,12 +301,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 dist = cast(Actor, actors[i]).dist(x)
                 a = dist.sample()
                 b = ibuf[i]
-                b["actor_in"][t], b["critic_in"][t], b["actions"][t], b["logp"][t] = (
-                    x,
-                    xc,
-                    a,
-                    dist.log_prob(a),
-                )
+                b["actor_in"][t], b["critic_in"][t], b["actions"][t] = x, xc, a
+                b["logp"][t] = dist.log_prob(a)
                 b["values"][t] = value(i, xc, None)[0]
                 b["masks"][t] = True
                 chosen.update(env_actions(g, a))
@@ -317,7 +313,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         for i, g in enumerate(groups):
             ibuf[i]["rewards"] = rewards[:, :, g.index]
             after = value(i, inputs(g, last_obs, last_state)[1], None)[0]
-            adv, ret = advantage(i, ibuf[i], after, never, never)
+            adv, ret = advantage(ibuf[i], after, never, never)
             out.append(({k: v.reshape(H * N, *v.shape[2:]) for k, v in ibuf[i].items()}, adv, ret))
         return out
 
@@ -408,7 +404,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             advantages, targets = [], []
             for i, g in enumerate(groups):
                 after = value(i, inputs(g, step.obs, step.state)[1], h_critic[i])[0]
-                adv, ret = advantage(i, buf[i], after, terminated, done)
+                adv, ret = advantage(buf[i], after, terminated, done)
                 if cfg.value_norm:
                     cast(Critic, critics[i]).norm.update(ret)  # real returns only
                 advantages.append(adv)
