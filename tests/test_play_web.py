@@ -156,7 +156,15 @@ def test_cli_play_web(tmp_path: Path) -> None:
             line = proc.stdout.readline()
             assert line, "the command ended before recording"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        try:  # read what it still prints while it stops: a full pipe must not hold it up
+            rest, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, _ = proc.communicate()
+            raise AssertionError(
+                f"Ctrl-C did not stop it within 60 s; it printed last: {rest[-2000:]}"
+            ) from None
+        assert proc.returncode == 0, rest[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
