@@ -219,6 +219,18 @@ def info_metrics(ended: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out, save ``fig`` as PNG to a temp file beside ``path``, rename it there (atomic), close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fd, tmp = temp_file_beside(path, ".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
 def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mean") -> None:
     rows = [r for r in history if key in r and math.isfinite(r[key])]
     evals = [r for r in history if f"eval/{key}" in r and math.isfinite(r[f"eval/{key}"])]
@@ -241,12 +253,7 @@ def plot_curve(history: list[dict[str, Any]], path: Path, key: str = "return/mea
     ax.set_xlabel("environment steps")
     ax.set_ylabel(key + " (summed over agents)")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fd, tmp = temp_file_beside(path, ".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def plot_env_curves(history: list[dict[str, Any]], path: Path) -> bool:
@@ -272,10 +279,5 @@ def plot_env_curves(history: list[dict[str, Any]], path: Path) -> bool:
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     fig.supxlabel("environment steps", fontsize=8)
-    fig.tight_layout()
-    fd, tmp = temp_file_beside(path, ".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
     return True
