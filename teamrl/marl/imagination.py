@@ -32,7 +32,7 @@ from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamrl.marl.core import VecMultiAgentEnv, VecStep
-from teamrl.marl.world_model import TeammateModel, Transitions, WorldModel
+from teamrl.marl.world_model import FIELDS, TeammateModel, Transitions, WorldModel, transition
 
 
 class ModelConfig(BaseModel):
@@ -95,6 +95,8 @@ class Imagination:
         self.dims = [int(env.observation_spaces[a].shape[0]) for a in self.agents]
         n_actions = max(int(env.action_spaces[a].n) for a in self.agents)  # type: ignore[attr-defined]
         self.width = max(self.dims)  # observations are zero-padded to one width
+        ones = {a: np.ones((1, d), np.float32) for a, d in zip(self.agents, self.dims, strict=True)}
+        self.width_mask = torch.from_numpy(self.pad(ones))  # 1 where an agent's observation has a value
         n = len(self.agents)
         self.model = WorldModel(n, self.width, n_actions, cfg.hidden, cfg.members)
         self.teammates = TeammateModel(n, self.width, n_actions) if cfg.teammate_model and n > 1 else None
@@ -119,22 +121,11 @@ class Imagination:
 
     def record(self, before: VecStep, actions: dict[str, np.ndarray], after: VecStep) -> None:
         """One real step of every copy (the next observation of an ended episode is its final one)."""
-        nxt = dict(after.obs)
-        if after.final_obs is not None and after.done.any():
-            nxt = {a: np.where(after.done[:, None], after.final_obs[a], after.obs[a]) for a in self.agents}
-        self._pending.append(
-            Transitions(
-                self.pad(before.obs),
-                np.stack([np.asarray(actions[a], np.int64) for a in self.agents], axis=1),
-                self.pad(nxt),
-                np.stack([after.rewards[a] for a in self.agents], axis=1).astype(np.float32),
-                after.done.copy(),
-            )
-        )
+        self._pending.append(transition(before, actions, after, self.agents, self.pad))
 
     def end_rollout(self) -> dict[str, float]:
         """Close the rollout recorded since the last call: measure the models on it, keep it, train."""
-        rollout = _cat(self._pending)
+        rollout = Transitions.concat(self._pending)
         self._pending = []
         metrics: dict[str, float] = {}
         if self.fits:
@@ -143,9 +134,8 @@ class Imagination:
             if self.teammates.fitted_accuracy is not None:
                 metrics["model/teammate_accuracy"] = self.teammates.accuracy(rollout)
                 # what always guessing the rollout's most frequent action would score
-                metrics["model/teammate_base_rate"] = float(np.bincount(rollout.actions.ravel()).max()) / max(
-                    1, rollout.actions.size
-                )
+                commonest = np.bincount(rollout.actions.ravel()).max()
+                metrics["model/teammate_base_rate"] = float(commonest) / max(1, rollout.actions.size)
             if self.teammates.needs_refresh(rollout, self.cfg.refresh_tolerance):
                 self.teammates.fit(rollout, epochs=3, seed=self.seed + self.refreshes)
                 self.refreshes += 1
@@ -185,9 +175,6 @@ class Imagination:
         assert self.latest is not None, "end_rollout first"
         pick = torch.randint(len(self.latest), (count,), generator=self.gen).numpy()
         obs = torch.from_numpy(self.latest.obs[pick])
-        width_mask = torch.from_numpy(
-            self.pad({a: np.ones((1, d), np.float32) for a, d in zip(self.agents, self.dims, strict=True)})
-        )
         rewards = []
         for t in range(self.cfg.horizon):
             view = self.unpad(obs)
@@ -196,7 +183,7 @@ class Imagination:
                 np.stack([np.asarray(chosen[a]) for a in self.agents], 1), dtype=torch.long
             )
             obs, r = self.model.step(obs, joint, self.gen, mean=self.cfg.ensemble_mean)
-            obs = obs * width_mask  # the padding stays zero
+            obs = obs * self.width_mask  # the padding stays zero
             rewards.append(r)
         self.imagined_steps += self.cfg.horizon * count
         view = self.unpad(obs)
@@ -217,13 +204,6 @@ class Imagination:
             self.teammates.load_state_dict(state["teammates"])  # type: ignore[arg-type]
 
 
-FIELDS = list(Transitions.__dataclass_fields__)
-
-
-def _cat(parts: list[Transitions]) -> Transitions:
-    return Transitions(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in FIELDS})
-
-
 class _Ring:
     """The newest ``capacity`` transitions, in arrays allocated once (order inside is not kept)."""
 
@@ -238,13 +218,11 @@ class _Ring:
                 for k in FIELDS
             }
         n = len(data)
-        rows = (
-            self.at + np.arange(max(0, n - self.capacity), n)
-        ) % self.capacity  # a rollout too big: its end
+        kept = np.arange(max(0, n - self.capacity), n)  # all of it, or the end of a rollout too big
         for k in FIELDS:
-            self.arrays[k][rows] = getattr(data, k)[-len(rows) :]
+            self.arrays[k][(self.at + kept) % self.capacity] = getattr(data, k)[kept]
         self.at = (self.at + n) % self.capacity
         self.size = min(self.capacity, self.size + n)
 
     def view(self) -> Transitions:
-        return Transitions(**{k: v[: self.size] for k, v in self.arrays.items()})
+        return Transitions(*(self.arrays[k][: self.size] for k in FIELDS))

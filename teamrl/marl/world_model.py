@@ -43,27 +43,52 @@ class Transitions:
     def __len__(self) -> int:
         return len(self.actions)
 
+    def take(self, rows: np.ndarray) -> Transitions:
+        """The transitions at ``rows`` (indices or a slice)."""
+        return Transitions(*(getattr(self, k)[rows] for k in FIELDS))
+
+    @staticmethod
+    def concat(parts: list[Transitions]) -> Transitions:
+        return Transitions(*(np.concatenate([getattr(p, k) for p in parts]) for k in FIELDS))
+
+
+FIELDS = list(Transitions.__dataclass_fields__)
+
+
+def transition(
+    before: VecStep,
+    actions: dict[str, np.ndarray],
+    after: VecStep,
+    agents: list[str],
+    stack: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+) -> Transitions:
+    """One step of every copy: ``actions`` taken on ``before``'s observations led to ``after`` (the next
+    observation of an episode that ended is its ``final_obs``, never the reset one). ``stack`` turns an
+    agent -> ``[B, dim]`` dict into ``[B, agents, dim]`` (default: side by side, equal sizes)."""
+    stack = stack or (lambda obs: np.stack([obs[a] for a in agents], axis=1))
+    nxt = after.obs
+    if after.final_obs is not None and after.done.any():
+        nxt = {a: np.where(after.done[:, None], after.final_obs[a], after.obs[a]) for a in agents}
+    return Transitions(
+        stack(before.obs).astype(np.float32),
+        np.stack([np.asarray(actions[a]) for a in agents], axis=1).astype(np.int64),
+        stack(nxt).astype(np.float32),
+        np.stack([after.rewards[a] for a in agents], axis=1).astype(np.float32),
+        after.done.astype(bool),
+    )
+
 
 def collect(env: VecMultiAgentEnv, policy: Policy, steps: int, seed: int = 0) -> Transitions:
     """``steps`` steps of every copy of ``env`` under ``policy`` (agents with equal observation sizes)."""
     agents = list(env.agents)
     step = env.reset(seed=seed)
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "next_obs", "rewards", "done")}
+    parts = []
     for _ in range(steps):
         actions = policy(step)
         nxt = env.step(actions)
-        after = {a: nxt.obs[a].copy() for a in agents}
-        if nxt.final_obs is not None:
-            for a in agents:
-                after[a][nxt.done] = nxt.final_obs[a][nxt.done]
-        parts["obs"].append(np.stack([step.obs[a] for a in agents], axis=1))
-        parts["actions"].append(np.stack([np.asarray(actions[a]) for a in agents], axis=1))
-        parts["next_obs"].append(np.stack([after[a] for a in agents], axis=1))
-        parts["rewards"].append(np.stack([nxt.rewards[a] for a in agents], axis=1))
-        parts["done"].append(nxt.done.copy())
+        parts.append(transition(step, actions, nxt, agents))
         step = nxt
-    dtypes = {"actions": np.int64, "done": bool}
-    return Transitions(**{k: np.concatenate(v).astype(dtypes.get(k, np.float32)) for k, v in parts.items()})
+    return Transitions.concat(parts)
 
 
 def _one_hot(actions: torch.Tensor, n_actions: int) -> torch.Tensor:
@@ -114,7 +139,7 @@ class WorldModel(nn.Module):
             loss = torch.zeros(())
             for member in self.members:
                 idx = torch.randint(len(data), (min(batch_size, len(data)),), generator=gen).numpy()
-                part = Transitions(*(getattr(data, k)[idx] for k in Transitions.__dataclass_fields__))
+                part = data.take(idx)
                 x = self._inputs(torch.from_numpy(part.obs), torch.from_numpy(part.actions))
                 loss = loss + (member(x) - self.out_norm.normalize(self._targets(part))).square().mean()
             self._optimizer.zero_grad(set_to_none=True)
@@ -130,10 +155,8 @@ class WorldModel(nn.Module):
         """Mean squared error (normalised targets) of every member on its own bootstrap of ``data``; the
         mean loss of each epoch."""
         obs, actions = torch.from_numpy(data.obs), torch.from_numpy(data.actions)
-        targets = self._targets(data)
-        self.in_norm.update(obs.flatten(1))
-        self.out_norm.update(targets)
-        y = self.out_norm.normalize(targets)
+        self.observe(data)
+        y = self.out_norm.normalize(self._targets(data))
         x = self._inputs(obs, actions)
         gen = torch.Generator().manual_seed(seed)
         boots = [torch.randint(len(x), (len(x),), generator=gen) for _ in self.members]
