@@ -50,13 +50,11 @@ def first_versions(episodes: list[Any], coder: str) -> tuple[list[Any], dict[str
 
 
 def auc(scores: list[float], labels: list[bool]) -> float:
-    """Probability that a positive outranks a negative (ties count half)."""
+    """Probability that a positive outranks a negative (ties count half): the judge calibration's AUC."""
+    from teamrl.world.judge import auc as pairwise_auc
+
     pos = [s for s, y in zip(scores, labels, strict=True) if y]
-    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
-    if not pos or not neg:
-        return float("nan")
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
+    return pairwise_auc(pos, [s for s, y in zip(scores, labels, strict=True) if not y])
 
 
 def arm_stats(episodes: list[Any]) -> dict[str, Any]:

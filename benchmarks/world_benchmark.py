@@ -215,9 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.results_dir / "world.json", json.dumps(result, indent=1))
     plot(result, args.results_dir / "world.png")
-    first = min(
-        args.seeds
-    )  # the first held-out town's day, per weighting (that seed) and the scripted agents
+    # the first held-out town's day, for the scripted agents and each weighting (its first seed)
+    first = min(args.seeds)
     days = [("scripted agents", baselines["scripted"]["timeline"])]
     for row in summary:
         label = ", ".join(f"{k} {v:g}" for k, v in row["weights"].items() if v)

@@ -90,14 +90,21 @@ class Calibration:
         return (self.mean_good + self.mean_bad) / 2
 
 
+def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """P(a score of ``positive`` > one of ``negative``), ties half (the ROC AUC); NaN without both."""
+    if not positive or not negative:
+        return float("nan")
+    wins = sum((p > n) + 0.5 * (p == n) for p in positive for n in negative)
+    return wins / (len(positive) * len(negative))
+
+
 def calibrate(judge: Judge, anchors: Sequence[dict[str, Any]]) -> Calibration:
     """``judge`` on the anchors (``{"transcript": ..., "label": "good" | "bad"}``)."""
     good = [judge(a["transcript"]) for a in anchors if a["label"] == "good"]
     bad = [judge(a["transcript"]) for a in anchors if a["label"] == "bad"]
     if not good or not bad:
         raise ValueError("the anchors need good and bad transcripts")
-    wins = sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
-    return Calibration(float(np.mean(good)), float(np.mean(bad)), wins / (len(good) * len(bad)))
+    return Calibration(float(np.mean(good)), float(np.mean(bad)), auc(good, bad))
 
 
 @dataclass
