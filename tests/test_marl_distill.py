@@ -123,3 +123,88 @@ def test_cli_distill_writes_a_student_run(tmp_path, capsys) -> None:  # noqa: AN
     )
     err = capsys.readouterr().err
     assert "unknown key 'roundz'" in err and "Traceback" not in err
+
+
+def test_a_centralised_teacher_is_distilled_into_decentralised_students(tmp_path) -> None:  # noqa: ANN001
+    """The KD-MARL setting: the teacher's actor sees the global state, the students only their own
+    observation; FLOPs are counted on each one's own input."""
+    from teamrl.marl.train import train
+
+    overrides = {"total_env_steps": 400, "num_envs": 8, "hidden": [32, 32], "epochs": 1}
+    overrides.update(entity_actor=False, centralised_actor=True)
+    train("mappo", "simple_spread", overrides, tmp_path / "t", episodes=2, show_progress=False, eval_every=0)
+    teacher = torch.load(tmp_path / "t" / "checkpoint.pt", weights_only=False)
+    env = make_vec_env("simple_spread", 4, 3)
+    [g] = teacher["groups"]
+    assert g["state_dim"] == env.state_dim == 3 * g["obs_dim"]
+    in_dim = g["obs_dim"] + env.state_dim  # no agent id in the preset
+    assert flops_per_action(teacher) == mlp_flops([in_dim, 32, 32, g["n_out"]])
+    step = env.reset(seed=3)
+    actions = ppo.make_actor(teacher)(step)  # it acts on the global state, which it is given
+    assert set(actions) == set(env.agents)
+    # the state matters to it: another state, same own observations, other logits
+    groups, [actor] = ppo.load_actors(teacher)
+    x = ppo.actor_input(groups[0], step.obs, step.state)
+    other = ppo.actor_input(groups[0], step.obs, step.state[::-1].copy())
+    assert not torch.allclose(actor.net(x), actor.net(other))
+    cfg = Config(hidden=[16], rounds=2, num_envs=8, steps_per_round=10)
+    student = distill(teacher, lambda n, s: make_vec_env("simple_spread", n, s), cfg)
+    assert student["groups"][0]["state_dim"] == 0 and student["config"]["centralised_actor"] is False
+    assert flops_per_action(student) == mlp_flops([g["obs_dim"], 16, g["n_out"]])
+    result = evaluate(ppo.make_actor(student), make_vec_env("simple_spread", 4, 1), 4, seed=1)
+    assert result["episodes"] == 4
+
+
+def test_load_weights_fits_actors_and_keeps_critics_only_where_they_fit() -> None:
+    from torch import nn
+
+    from teamrl.marl.ppo_nets import load_weights
+
+    env = make_vec_env("simple_spread", 2, 0)
+    [g] = ppo.make_groups(env, "shared", agent_id=False)
+    actors = nn.ModuleList([ppo.Actor(g, [16])])
+    critics = nn.ModuleList([ppo.Critic(g.in_dim + env.state_dim, [16, 16])])
+    source_actor, source_critic = ppo.Actor(g, [16]), ppo.Critic(g.in_dim + env.state_dim, [16, 16])
+    weights = {"actors": [source_actor.state_dict()], "critics": [source_critic.state_dict()]}
+    assert load_weights(weights, actors, critics) is True
+    assert torch.equal(critics[0].state_dict()["net.0.weight"], source_critic.state_dict()["net.0.weight"])
+    narrow = {"actors": [source_actor.state_dict()], "critics": [ppo.Critic(g.in_dim, [8]).state_dict()]}
+    fresh = ppo.Critic(g.in_dim + env.state_dim, [16, 16])
+    critics = nn.ModuleList([fresh])
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    assert load_weights(narrow, actors, critics) is False  # the critic does not fit: it starts fresh
+    assert all(torch.equal(before[k], v) for k, v in fresh.state_dict().items())
+    with pytest.raises(ValueError, match="actor 0 does not fit"):
+        load_weights({"actors": [ppo.Actor(g, [8]).state_dict()]}, actors, critics)
+    with pytest.raises(ValueError, match="have 0 actor"):
+        load_weights({}, actors, critics)
+
+
+def test_distill_then_finetune_starts_from_the_student(tmp_path) -> None:  # noqa: ANN001
+    """`teamrl marl distill --set finetune_env_steps=N`: a PPO run in the student's directory that starts
+    from the distilled actors and the teacher's critics, counts its own env steps, and is reported."""
+    import json
+
+    from teamrl.marl.distill import distill_run
+    from teamrl.marl.train import train
+
+    overrides = {
+        "total_env_steps": 400,
+        "num_envs": 8,
+        "hidden": [32, 32],
+        "epochs": 1,
+        "entity_actor": False,
+    }
+    train("mappo", "simple_spread", overrides, tmp_path / "t", episodes=2, show_progress=False, eval_every=0)
+    settings = {"hidden": [16], "rounds": 2, "num_envs": 8, "steps_per_round": 10}
+    settings.update(finetune_env_steps=256, finetune_lr=1e-12)  # a step too small to move the weights
+    summary = distill_run(tmp_path / "t", tmp_path / "s", settings, episodes=4, show_progress=False)
+    assert summary["finetune"]["env_steps"] == 256 and "finetuned" in summary["returns"]
+    distilled = torch.load(tmp_path / "s" / "distilled.pt", weights_only=False)
+    tuned = torch.load(tmp_path / "s" / "checkpoint.pt", weights_only=False)
+    assert tuned["env_steps"] >= 256 and distilled["env_steps"] == 0
+    for key, value in distilled["actors"][0].items():  # it started from the distilled student
+        assert torch.allclose(tuned["actors"][0][key], value, atol=1e-6), key
+    rows = [json.loads(line) for line in (tmp_path / "s" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["init/critics_loaded"] == 1.0  # the teacher's critics fit the student's run
+    assert json.loads((tmp_path / "s" / "distill.json").read_text())["finetune"]["return_kept"] is not None

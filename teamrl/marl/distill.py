@@ -7,7 +7,8 @@ the student act with probability ``1 - beta_decay ** round`` (so it visits the s
 to) while the teacher still labels every state; after each round the students (one MLP per teacher group,
 ``hidden`` wide, on the agent's observation only) fit all the data gathered so far by the KL divergence
 from the teacher's distribution. The teacher may be anything :func:`teamrl.marl.ppo.make_actor` rebuilds:
-an entity actor, a recurrent one (its state is carried and reset at episode ends), larger networks. The
+an entity actor, a recurrent one (its state is carried and reset at episode ends), larger networks, a
+centralised actor that sees the global state (``centralised_actor``: the KD-MARL setting). The
 student is written as a checkpoint of the same algorithm, so ``teamrl marl eval`` evaluates it.
 
 :func:`flops_per_action`: the floating-point operations of one agent's action, counted by torch's
@@ -23,9 +24,11 @@ Discrete action spaces only (continuous ones: not yet).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -33,7 +36,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamrl.marl.core import VecMultiAgentEnv
-from teamrl.marl.ppo_nets import Actor, group_masks, group_obs, load_actors, reset_where
+from teamrl.marl.ppo_nets import Actor, actor_input, group_masks, group_obs, load_actors, reset_where
 
 
 class Config(BaseModel):
@@ -50,6 +53,10 @@ class Config(BaseModel):
     lr: float = Field(3e-3, gt=0)
     seed: int = 0
     threads: int = Field(1, ge=1)
+    finetune_env_steps: int = Field(
+        0, ge=0, description="then fine-tune the students by PPO for this many env steps (0: no fine-tuning)"
+    )
+    finetune_lr: float = Field(3e-4, gt=0, description="the fine-tuning's learning rate (annealed to 0)")
 
 
 def mlp_flops(sizes: list[int]) -> int:
@@ -96,7 +103,7 @@ def distill(
         raise ValueError(
             "distillation of continuous actions is not supported yet (discrete action spaces only)"
         )
-    student_groups = [replace(g, entities=None) for g in groups]
+    student_groups = [replace(g, entities=None, state_dim=0) for g in groups]
     students = [Actor(g, cfg.hidden, cfg.activation) for g in student_groups]
     params = [p for s in students for p in s.parameters()]
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
@@ -112,12 +119,12 @@ def distill(
             actions: dict[str, np.ndarray] = {}
             teacher_acts = rng.random(env.num_envs) < beta  # per copy: who acts this step
             with torch.no_grad():
-                for i, g in enumerate(groups):
-                    x, mask = group_obs(g, step.obs), group_masks(g, step)
+                for i, (g, sg) in enumerate(zip(groups, student_groups, strict=True)):
+                    x, mask = group_obs(sg, step.obs), group_masks(g, step)  # the student's input
                     hidden[i] = reset_where(hidden[i], step.done) if hidden[i] is not None else None
-                    dist, hidden[i] = teachers[i].step(x, hidden[i], mask)
+                    dist, hidden[i] = teachers[i].step(actor_input(g, step.obs, step.state), hidden[i], mask)
                     probs = cast(torch.distributions.Categorical, dist).probs
-                    data[i]["x"].append(x.reshape(-1, g.in_dim))
+                    data[i]["x"].append(x.reshape(-1, sg.in_dim))
                     full = torch.ones_like(probs, dtype=torch.bool) if mask is None else mask
                     data[i]["mask"].append(full.reshape(-1, g.n_out))
                     data[i]["probs"].append(probs.reshape(-1, g.n_out))
@@ -133,7 +140,9 @@ def distill(
             progress(row)
     env.close()
     student_cfg = {**teacher["config"], "hidden": list(cfg.hidden), "activation": cfg.activation}
-    student_cfg.update(entity_actor=False, recurrent=False)
+    student_cfg.update(entity_actor=False, recurrent=False, centralised_actor=False)
+    # the teacher's critic width, so that fine-tuning can start from the teacher's critics
+    student_cfg["critic_hidden"] = teacher["config"].get("critic_hidden") or teacher["config"]["hidden"]
     return {
         "algorithm": teacher.get("algorithm", "mappo"),
         "config": student_cfg,
@@ -178,3 +187,101 @@ def _fit(
                 count += len(idx)
         last_loss, agree = sum(losses) / count, hits / count
     return {"kl": last_loss, "agreement": agree, "states": float(sum(len(t["x"]) for t in tensors))}
+
+
+def distill_run(
+    teacher_dir: str | Path,
+    out: str | Path,
+    overrides: dict[str, Any] | None = None,
+    episodes: int = 50,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """``teamrl marl distill``: distil the teacher run's checkpoint into a student run directory (its
+    config.yaml, checkpoint.pt, distill.json, eval.json); with ``finetune_env_steps`` the students are then
+    fine-tuned by PPO in that directory (a ``teamrl marl train`` run: its critics start from the
+    teacher's, the distilled checkpoint kept as distilled.pt). Returns teacher, students and random play on
+    the same evaluation episodes, their FLOPs per action and the return kept."""
+    import yaml
+    from pydantic import ValidationError
+
+    from teamrl.atomic import atomic_write_text
+    from teamrl.config import ConfigError
+    from teamrl.marl.evaluate import evaluate, random_actor
+    from teamrl.marl.registry import algorithm
+    from teamrl.marl.run import save_torch
+    from teamrl.marl.train import EVAL_SEED, _one_line, _run, evaluate_run, make_env_factory, read_run
+
+    out = Path(out)
+    resolved, ckpt_path = read_run(teacher_dir)
+    if resolved["algorithm"] not in ("ippo", "mappo"):
+        raise ConfigError(f"distillation takes an ippo or mappo teacher, not {resolved['algorithm']}")
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists and is not empty; pick another --out")
+    try:
+        cfg = Config(**(overrides or {}))
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, "distill", Config, {})) from None
+    teacher = torch.load(ckpt_path, weights_only=False)
+    make_env = make_env_factory(resolved["env"], resolved["env_kwargs"])
+    try:
+        student = distill(teacher, make_env, cfg)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    student_resolved = {**resolved, "config": student["config"]}
+    atomic_write_text(out / "config.yaml", yaml.safe_dump(student_resolved, sort_keys=False))
+    save_torch(student, out / "checkpoint.pt")
+    module, _ = algorithm(resolved["algorithm"])
+    actors = {"teacher": module.make_actor(teacher), "student": module.make_actor(student)}
+    finetune: dict[str, Any] = {}
+    if cfg.finetune_env_steps:
+        save_torch(student, out / "distilled.pt")
+        tune_cfg = {**student["config"], "total_env_steps": cfg.finetune_env_steps, "lr": cfg.finetune_lr}
+        tune_cfg["seed"] = cfg.seed
+        student_resolved["config"] = tune_cfg
+        atomic_write_text(out / "config.yaml", yaml.safe_dump(student_resolved, sort_keys=False))
+        init = {"actors": student["actors"], "critics": teacher.get("critics")}
+        start = time.perf_counter()
+        result = _run(
+            module,
+            module.Config(**tune_cfg),
+            student_resolved,
+            out,
+            episodes,
+            show_progress,
+            False,
+            None,
+            init,
+        )
+        tuned = torch.load(out / "checkpoint.pt", weights_only=False)
+        actors["finetuned"] = module.make_actor(tuned)
+        finetune = {
+            "env_steps": cfg.finetune_env_steps,
+            "seconds": time.perf_counter() - start,
+            "train": result["train"],
+        }
+    env = make_env(min(episodes, 256), EVAL_SEED)
+    try:
+        actors["random"] = random_actor(env, seed=0)
+        scores = {
+            name: evaluate(actor, env, episodes, seed=EVAL_SEED)["return/mean"]
+            for name, actor in actors.items()
+        }
+    finally:
+        env.close()
+    flops = {"teacher": flops_per_action(teacher), "student": flops_per_action(student)}
+    summary = {
+        "returns": scores,
+        "return_kept": return_kept(scores["student"], scores["teacher"], scores["random"]),
+        "flops_per_action": flops,
+        "flops_ratio": flops["teacher"] / flops["student"],
+        "episodes": episodes,
+        "history": student["distilled"]["history"],
+    }
+    if finetune:
+        kept = return_kept(scores["finetuned"], scores["teacher"], scores["random"])
+        summary["finetune"] = {**finetune, "return_kept": kept}
+    atomic_write_text(out / "distill.json", json.dumps(summary, indent=1))
+    if not finetune:
+        evaluate_run(out, episodes)
+    return summary

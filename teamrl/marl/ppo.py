@@ -8,6 +8,7 @@ One file, read top to bottom:
   shared by several agents also see a one-hot agent id;
 * IPPO's critic sees the agent's own observation; MAPPO's (``centralised_critic``) sees the global
   state plus the agent's own observation (the "agent-specific global state" of Yu et al. 2022);
+  ``centralised_actor`` gives the actor the global state too (a teacher for distillation, KD-MARL);
 * each agent has its own value and advantage (rewards are per agent), computed with GAE; a copy cut by
   a time limit is bootstrapped from the value of its ``final_obs`` / ``final_state``;
 * value targets are normalised by a running mean / std (``value_norm``, as in the MAPPO paper);
@@ -43,11 +44,13 @@ from teamrl.marl.ppo_nets import (  # re-exported: the networks and groups are p
     EntityNet,
     GroupSpec,
     RecurrentNet,
+    actor_input,
     critic_input,
     env_actions,
     group_masks,
     group_obs,
     load_actors,
+    load_weights,
     make_groups,
     reset_where,
 )
@@ -57,6 +60,7 @@ __all__ = [
     "ACTIVATIONS",
     "MASKED_LOGIT",
     "Actor",
+    "actor_input",
     "Config",
     "Critic",
     "EntityNet",
@@ -97,6 +101,11 @@ class Config(BaseModel):
     ent_coef: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(10.0, gt=0, description="clipped separately for actors and critics")
     centralised_critic: bool = Field(False, description="MAPPO: the critic sees the global state")
+    centralised_actor: bool = Field(
+        False,
+        description="the actor also sees the global state (a centralised teacher, to distil into "
+        "decentralised students with teamrl marl distill); it then needs the state to act",
+    )
     parameter_sharing: Literal["shared", "per_agent", "per_group"] = Field(
         "per_group", description="per_group: agents with the same spaces share networks"
     )
@@ -206,22 +215,23 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     env = run.make_env(cfg.num_envs, cfg.seed)
     B, T, n_agents = env.num_envs, cfg.rollout_steps, len(env.agents)
-    groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
+    groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor, cfg.centralised_actor)
     state_dim = env.state_dim if cfg.centralised_critic else 0
     actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation, cfg.recurrent) for g in groups])
     critic_hidden = cfg.hidden if cfg.critic_hidden is None else cfg.critic_hidden
     critics = nn.ModuleList(
-        [Critic(g.in_dim + state_dim, critic_hidden, cfg.activation, cfg.recurrent) for g in groups]
+        [Critic(g.own_dim + state_dim, critic_hidden, cfg.activation, cfg.recurrent) for g in groups]
     )
     optimizer = torch.optim.Adam([*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5)
     imag = None
     if cfg.model is not None:
-        check_env(env, cfg.centralised_critic)
+        check_env(env, cfg.centralised_critic or cfg.centralised_actor)
         imag = Imagination(cfg.model, env, cfg.seed)
 
     def inputs(g: GroupSpec, obs: dict[str, np.ndarray], state: np.ndarray) -> tuple[torch.Tensor, ...]:
-        x = group_obs(g, obs)
-        return x, critic_input(x, state if cfg.centralised_critic else None)
+        own = group_obs(g, obs)
+        x = actor_input(g, obs, state) if g.state_dim else own
+        return x, critic_input(own, state if cfg.centralised_critic else None)
 
     def value(
         i: int, critic_in: torch.Tensor, h: torch.Tensor | None
@@ -262,7 +272,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         return [
             {
                 "actor_in": zeros(g.k, g.in_dim),
-                "critic_in": zeros(g.k, g.in_dim + state_dim),
+                "critic_in": zeros(g.k, g.own_dim + state_dim),
                 "actions": zeros(g.k, dtype=torch.long) if g.discrete else zeros(g.k, g.n_out),
                 "masks": zeros(g.k, g.n_out, dtype=torch.bool) if g.discrete else zeros(0),
                 "logp": zeros(g.k),
@@ -340,6 +350,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         first_iteration, env_steps = restore(run.resume, actors, critics, optimizer, env.agents)
         if imag is not None and "world_model" in run.resume:
             imag.load_state_dict(run.resume["world_model"])
+    elif run.init is not None:  # fine-tuning: the given actors (and critics where they fit), step 0
+        run.log(0, {"init/critics_loaded": float(load_weights(run.init, actors, critics))})
     step = env.reset(seed=cfg.seed if run.resume is None else resume_seed(cfg.seed, env_steps))
     ep_return, ep_length = np.zeros((B, n_agents)), np.zeros(B, dtype=np.int64)
     finished_returns: list[np.ndarray] = []
@@ -535,7 +547,7 @@ def make_actor(
     def act(step: VecStep) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for i, (g, actor) in enumerate(zip(groups, actors, strict=True)):
-            x, mask = group_obs(g, step.obs), group_masks(g, step)
+            x, mask = actor_input(g, step.obs, step.state), group_masks(g, step)
             h = reset_where(states[i], step.done)
             if deterministic:
                 a, states[i] = actor.mode_step(x, h, mask)

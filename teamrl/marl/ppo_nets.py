@@ -34,18 +34,29 @@ class GroupSpec:
     high: list[float] | None = None
     one_hot: bool = False
     entities: tuple[int, int, int] | None = None  # (start, count, width) of interchangeable obs slots
+    state_dim: int = 0  # a centralised actor's input ends with the global state (0: decentralised)
 
     @property
     def k(self) -> int:
         return len(self.agents)
 
     @property
-    def in_dim(self) -> int:
+    def own_dim(self) -> int:
+        """The agent's own input: its observation, then the one-hot id in a shared group."""
         return self.obs_dim + (self.k if self.one_hot else 0)
+
+    @property
+    def in_dim(self) -> int:
+        """The actor's input: the own input, then the global state for a centralised actor."""
+        return self.own_dim + self.state_dim
 
 
 def make_groups(
-    env: VecMultiAgentEnv, sharing: str, agent_id: bool, entity_actor: bool = False
+    env: VecMultiAgentEnv,
+    sharing: str,
+    agent_id: bool,
+    entity_actor: bool = False,
+    centralised_actor: bool = False,
 ) -> list[GroupSpec]:
     def spaces_key(agent: str) -> tuple:
         act = env.action_spaces[agent]
@@ -89,6 +100,7 @@ def make_groups(
                 entities=cast(tuple[int, int, int], tuple(slots[agents[0]]))
                 if entity_actor and agents[0] in slots
                 else None,
+                state_dim=int(env.state_dim) if centralised_actor else 0,
             )
         )
     return groups
@@ -102,8 +114,21 @@ def group_obs(g: GroupSpec, obs: dict[str, np.ndarray]) -> torch.Tensor:
     return x
 
 
+def actor_input(g: GroupSpec, obs: dict[str, np.ndarray], state: np.ndarray | None) -> torch.Tensor:
+    """The actor's input ``[B, k, in_dim]``: :func:`group_obs`, then the global state for a centralised
+    actor (``g.state_dim``; ``state`` is then required)."""
+    x = group_obs(g, obs)
+    if not g.state_dim:
+        return x
+    if state is None:
+        raise ValueError("a centralised actor needs the env's global state")
+    s = torch.from_numpy(state).float().reshape(len(state), 1, -1).expand(-1, g.k, -1)
+    return torch.cat([x, s], dim=-1)
+
+
 def critic_input(actor_in: torch.Tensor, state: np.ndarray | None) -> torch.Tensor:
-    """IPPO (``state`` None): the actor's input; MAPPO: the global state, then the actor's input."""
+    """IPPO (``state`` None): ``actor_in`` (the agent's own input, :func:`group_obs`); MAPPO: the global
+    state, then ``actor_in``."""
     if state is None:
         return actor_in
     s = torch.from_numpy(state).float().unsqueeze(1).expand(-1, actor_in.shape[1], -1)
@@ -291,3 +316,29 @@ def load_actors(checkpoint: dict[str, Any]) -> tuple[list[GroupSpec], list[Actor
         actor.load_state_dict(state)
         actors.append(actor.eval())
     return groups, actors
+
+
+def load_weights(checkpoint: dict[str, Any], actors: nn.ModuleList, critics: nn.ModuleList) -> bool:
+    """Start a new run from ``checkpoint``'s weights (fine-tuning): its actors, which must fit this run's
+    (a ValueError names the first that does not), and its critics (value normalisers included) where every
+    one fits; True when the critics were loaded, False when they start fresh."""
+    given_actors = checkpoint.get("actors") or []
+    if len(given_actors) != len(actors):
+        raise ValueError(f"the initial weights have {len(given_actors)} actor(s); this run has {len(actors)}")
+    for i, (module, state) in enumerate(zip(actors, checkpoint["actors"], strict=True)):
+        try:
+            module.load_state_dict(state)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[-1].strip()
+            raise ValueError(f"the initial actor {i} does not fit this run's actor: {first}") from None
+
+    def fits(module: nn.Module, state: dict[str, torch.Tensor]) -> bool:
+        own = module.state_dict()
+        return own.keys() == state.keys() and all(own[k].shape == state[k].shape for k in own)
+
+    given = checkpoint.get("critics") or []
+    if len(given) != len(critics) or not all(fits(m, s) for m, s in zip(critics, given, strict=True)):
+        return False
+    for module, state in zip(critics, given, strict=True):
+        module.load_state_dict(state)
+    return True

@@ -54,6 +54,7 @@ class RunContext:
         evaluator: Callable[[dict[str, Any]], dict[str, float]] | None = None,
         eval_every: int = 0,
         resume: dict[str, Any] | None = None,
+        init: dict[str, Any] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.make_env = make_env  # (num_envs, seed) -> VecMultiAgentEnv
@@ -62,6 +63,7 @@ class RunContext:
         self.evaluator = evaluator  # checkpoint -> evaluate()'s result
         self.eval_every = eval_every  # env steps between evaluations (0: none during training)
         self.resume = resume  # the checkpoint a resumed run starts from
+        self.init = init  # weights a new run starts from (fine-tuning): actors, and critics where they fit
         start = int(resume.get("env_steps", 0)) if resume is not None else 0
         self._last_checkpoint = self._last_eval = start
         self._log = self._tb = self._bar = None

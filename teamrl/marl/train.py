@@ -251,8 +251,10 @@ def _run(
     show_progress: bool,
     print_table: bool,
     resume: dict[str, Any] | None,
+    init: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train (from scratch, or from the ``resume`` checkpoint) in ``run_dir``, then evaluate."""
+    """Train (from scratch, from the ``resume`` checkpoint, or from the ``init`` weights: fine-tuning) in
+    ``run_dir``, then evaluate."""
     import torch
 
     from teamrl.marl.run import RunContext
@@ -271,6 +273,7 @@ def _run(
         evaluator=evaluator if eval_every else None,
         eval_every=eval_every,
         resume=resume,
+        init=init,
     )
     try:
         result = module.train(cfg, run)
@@ -454,68 +457,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def distill_run(
-    teacher_dir: str | Path, out: str | Path, overrides: dict[str, Any] | None = None, episodes: int = 50
-) -> dict[str, Any]:
-    """``teamrl marl distill``: distil the teacher run's checkpoint into a student run directory (its
-    config.yaml, checkpoint.pt, distill.json, eval.json); returns teacher, student and random play on the
-    same evaluation episodes, their FLOPs per action and the return kept."""
-    import torch
-
-    from teamrl.marl import distill
-    from teamrl.marl.evaluate import evaluate, random_actor
-
-    out = Path(out)
-    resolved, ckpt_path = read_run(teacher_dir)
-    if resolved["algorithm"] not in ("ippo", "mappo"):
-        raise ConfigError(f"distillation takes an ippo or mappo teacher, not {resolved['algorithm']}")
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"{out} exists and is not empty; pick another --out")
-    try:
-        cfg = distill.Config(**(overrides or {}))
-    except ValidationError as err:
-        raise ConfigError(_one_line(err, "distill", distill.Config, {})) from None
-    teacher = torch.load(ckpt_path, weights_only=False)
-    make_env = make_env_factory(resolved["env"], resolved["env_kwargs"])
-    try:
-        student = distill.distill(teacher, make_env, cfg)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(
-        out / "config.yaml", yaml.safe_dump({**resolved, "config": student["config"]}, sort_keys=False)
-    )
-    from teamrl.marl.run import save_torch
-
-    save_torch(student, out / "checkpoint.pt")
-    module, _ = algorithm(resolved["algorithm"])
-    env = make_env(min(episodes, 256), EVAL_SEED)
-    try:
-        scores = {
-            name: evaluate(actor, env, episodes, seed=EVAL_SEED)["return/mean"]
-            for name, actor in (
-                ("teacher", module.make_actor(teacher)),
-                ("student", module.make_actor(student)),
-                ("random", random_actor(env, seed=0)),
-            )
-        }
-    finally:
-        env.close()
-    flops = {"teacher": distill.flops_per_action(teacher), "student": distill.flops_per_action(student)}
-    summary = {
-        "returns": scores,
-        "return_kept": distill.return_kept(scores["student"], scores["teacher"], scores["random"]),
-        "flops_per_action": flops,
-        "flops_ratio": flops["teacher"] / flops["student"],
-        "episodes": episodes,
-        "history": student["distilled"]["history"],
-    }
-    atomic_write_text(out / "distill.json", json.dumps(summary, indent=1))
-    evaluate_run(out, episodes)
-    return summary
-
-
 def cmd_distill(args: argparse.Namespace) -> int:
+    from teamrl.marl.distill import distill_run
+
     summary = distill_run(args.run_dir, args.out, parse_sets(args.set), args.episodes)
     r, f = summary["returns"], summary["flops_per_action"]
     print(
@@ -523,6 +467,11 @@ def cmd_distill(args: argparse.Namespace) -> int:
         f"({f['student']:,.0f}), random {r['random']:.2f}: the student keeps {summary['return_kept']:.0%} of "
         f"the teacher's gain over random at {summary['flops_ratio']:.1f}x fewer FLOPs; written to {args.out}"
     )
+    if "finetune" in summary:
+        print(
+            f"fine-tuned by PPO for {summary['finetune']['env_steps']:,} env steps: {r['finetuned']:.2f}, "
+            f"{summary['finetune']['return_kept']:.0%} of the teacher's gain kept"
+        )
     return 0
 
 
@@ -583,7 +532,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a distillation setting (hidden=[16], rounds=8 ...)",
+        help="a distillation setting (hidden=[16], rounds=8, finetune_env_steps=1000000 ...)",
     )
     p.add_argument("--episodes", type=int, default=50, help="evaluation episodes (the same for all three)")
     p.set_defaults(func=cmd_distill)
