@@ -4,6 +4,7 @@ answers go through real HTTP; the episodes are recorded like the terminal's and 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -141,8 +142,17 @@ def test_cli_play_web(tmp_path: Path) -> None:
     out = tmp_path / "play.jsonl"
     argv = [sys.executable, "-m", "teamrl.cli", "play", "examples/collaborate.yaml", "--seat", "proposer"]
     argv += ["--set", "workflow.rounds=1", "--web", "--port", str(port), "--out", str(out)]
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # SIGABRT then prints every thread's stack
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=Path(__file__).parent.parent
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        env=env,
+        # Ctrl-C as in a terminal: a suite started in the background by a non-interactive shell (`&`, nohup)
+        # has SIGINT ignored, which a child inherits, and then the signal below would do nothing
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None
@@ -159,10 +169,14 @@ def test_cli_play_web(tmp_path: Path) -> None:
         try:  # read what it still prints while it stops: a full pipe must not hold it up
             rest, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            rest, _ = proc.communicate()
+            proc.send_signal(signal.SIGABRT)  # faulthandler: where each thread is stuck
+            try:
+                rest, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rest, _ = proc.communicate()
             raise AssertionError(
-                f"Ctrl-C did not stop it within 60 s; it printed last: {rest[-2000:]}"
+                f"Ctrl-C did not stop it within 60 s; it printed last: {rest[-6000:]}"
             ) from None
         assert proc.returncode == 0, rest[-2000:]
     finally:
