@@ -161,3 +161,25 @@ def test_a_model_based_run_resumes_with_its_models(tmp_path) -> None:  # noqa: A
     assert summary["train"]["env_steps"] == 800
     after = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)["world_model"]
     assert (first["fits"], after["fits"]) == (2, 4)  # two rollouts before, two after: it went on fitting
+
+
+def test_simple_tag_predators_and_prey_are_imagined_with_their_own_networks() -> None:
+    """simple_tag (the issue's second MPE scenario): two groups (3 predators, 1 prey) with their own actors;
+    the world model predicts all four agents' observations and rewards, MAPPO learns from imagined branches
+    of it, and the teammate model is scored on every agent."""
+    from teamrl.marl.envs import make_vec_env
+
+    model = {"horizon": 3, "ratio": 1.0, "warmup": 400, "fit_steps": 5, "hidden": [32], "members": 2}
+    run = RunContext(
+        None, lambda n, s: make_vec_env("simple_tag", n, s), 1600, show_progress=False, tensorboard=False
+    )
+    config = ppo.Config(
+        total_env_steps=1600, num_envs=16, rollout_steps=25, epochs=1, centralised_critic=True
+    )
+    config = config.model_copy(update={"model": ModelConfig(**model), "parameter_sharing": "per_group"})
+    result = ppo.train(config, run)
+    assert [len(g["agents"]) for g in result["checkpoint"]["groups"]] == [3, 1]
+    assert run.history[-1]["step"] == 1600  # imagined steps are not real ones
+    assert run.history[-1]["model/imagined_steps"] > 0
+    assert all(np.isfinite(row["model/error"]) for row in run.history[1:])
+    assert 0.0 <= run.history[-1]["model/teammate_accuracy"] <= 1.0
