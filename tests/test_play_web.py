@@ -183,3 +183,53 @@ def test_cli_play_web(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert json.loads(out.read_text().splitlines()[0])["verifier"]["played_by"] == {"proposer": "person"}
+
+
+def test_a_person_plays_through_the_page_in_headless_chromium(tmp_path: Path) -> None:
+    """The page as a person uses it: a real browser shows the prompt, the answer is typed into the text box
+    and sent with the button, twice (two rounds); the episode is recorded with the typed answers."""
+    import pytest
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from teamrl.report.browser import BrowserMissing, headless_chromium
+
+    try:  # fails (never skips) when Chromium is missing: CI installs it (scripts/setup.sh)
+        browser = headless_chromium(tmp_path / "chromium-profile", console_log=True)
+    except BrowserMissing as exc:
+        pytest.fail(str(exc))
+    out = tmp_path / "play.jsonl"
+    server, desk, thread, played = _session(tmp_path, [], out)
+    try:
+        browser.set_page_load_timeout(30)
+        browser.get(server.url + "play")
+        wait = WebDriverWait(browser, 60, poll_frequency=0.1)
+        for answer in ("ANSWER: 1", "2"):
+            # a new turn is shown with an empty box (the previous answer stays until then)
+            wait.until(
+                lambda d: (
+                    d.find_element(By.ID, "turn").is_displayed()
+                    and d.find_element(By.ID, "answer").get_property("value") == ""
+                )
+            )
+            prompt = browser.find_element(By.ID, "prompt").text
+            assert "candidates:" in prompt
+            box = browser.find_element(By.ID, "answer")
+            box.send_keys(answer)
+            browser.find_element(By.ID, "send").click()  # accepted: the next turn, or the episode, follows
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#finished tr")) == 1)
+        row = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#finished tr td")]
+        assert row[0] == "1" and 0.0 <= float(row[2]) <= 1.0
+        errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+    finally:
+        desk.closed.set()
+        server.close()
+        thread.join(timeout=30)
+        browser.quit()
+    [episode] = played
+    assert [t.message.content for t in episode.turns] == ["ANSWER: 1", "2"]
+    [line] = out.read_text().splitlines()
+    assert json.loads(line)["verifier"]["played_by"] == {"proposer": "person"}

@@ -6,7 +6,7 @@ episode is shown as text (``textContent``), never as HTML."""
 from __future__ import annotations
 
 PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>teamrl play</title>
+<html lang="en"><head><meta charset="utf-8"><title>teamrl play</title><link rel="icon" href="data:,">
 <style>
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem;
        color: #222; }
