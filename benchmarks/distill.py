@@ -103,6 +103,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from teamrl.marl.run import save_figure
+
     rows = result["seeds"]
     arms = [
         ("teacher", "teacher (centralised)"),
@@ -123,11 +125,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("return (50 fixed episodes, higher is better)")
     ax.set_title(f"KD-MARL on simple_spread, {len(rows)} seeds (dots: seeds)")
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)  # laid out, written beside path and renamed
 
 
 def main() -> None:

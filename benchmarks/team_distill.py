@@ -163,6 +163,8 @@ def plot(data: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from teamrl.marl.run import save_figure
+
     runs = data["runs"]
     arms = [("teacher", "teacher (0.9M, RL)"), *[(a, f"student: {a.replace('_', ' ')}") for a in ARMS]]
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8), sharey=True)
@@ -178,11 +180,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
     axes[0].set_ylabel(f"success ({len(runs)} seeds, dots: seeds)")
     ratio = data["summary"]["flops_ratio"]
     fig.suptitle(f"a trained team distilled into a base with {ratio:.1f}x fewer FLOPs per token", fontsize=10)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)  # laid out, written beside path and renamed
 
 
 def main() -> None:

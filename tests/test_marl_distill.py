@@ -15,20 +15,19 @@ from teamrl.marl.evaluate import evaluate
 torch.set_num_threads(1)
 
 
+def _train_teacher(tmp_path, **settings) -> dict:  # noqa: ANN001, ANN003
+    """A MAPPO run of 400 steps on simple_spread in ``tmp_path / "t"``; its checkpoint."""
+    from teamrl.marl.train import train
+
+    overrides = {"total_env_steps": 400, "num_envs": 8, "hidden": [32, 32], "epochs": 1, **settings}
+    train("mappo", "simple_spread", overrides, tmp_path / "t", episodes=2, show_progress=False, eval_every=0)
+    return torch.load(tmp_path / "t" / "checkpoint.pt", weights_only=False)
+
+
 def _teacher(tmp_path, entity: bool) -> dict:  # noqa: ANN001
     """A small trained teacher whose last layer is sharpened, so that its policy is nearly deterministic
     (a clear target to imitate)."""
-    from teamrl.marl.train import train
-
-    overrides = {
-        "total_env_steps": 400,
-        "num_envs": 8,
-        "hidden": [32, 32],
-        "epochs": 1,
-        "entity_actor": entity,
-    }
-    train("mappo", "simple_spread", overrides, tmp_path / "t", episodes=2, show_progress=False, eval_every=0)
-    checkpoint = torch.load(tmp_path / "t" / "checkpoint.pt", weights_only=False)
+    checkpoint = _train_teacher(tmp_path, entity_actor=entity)
     for state in checkpoint["actors"]:
         last = max(k for k in state if k.endswith("weight"))
         state[last] = state[last] * 400.0
@@ -128,12 +127,7 @@ def test_cli_distill_writes_a_student_run(tmp_path, capsys) -> None:  # noqa: AN
 def test_a_centralised_teacher_is_distilled_into_decentralised_students(tmp_path) -> None:  # noqa: ANN001
     """The KD-MARL setting: the teacher's actor sees the global state, the students only their own
     observation; FLOPs are counted on each one's own input."""
-    from teamrl.marl.train import train
-
-    overrides = {"total_env_steps": 400, "num_envs": 8, "hidden": [32, 32], "epochs": 1}
-    overrides.update(entity_actor=False, centralised_actor=True)
-    train("mappo", "simple_spread", overrides, tmp_path / "t", episodes=2, show_progress=False, eval_every=0)
-    teacher = torch.load(tmp_path / "t" / "checkpoint.pt", weights_only=False)
+    teacher = _train_teacher(tmp_path, entity_actor=False, centralised_actor=True)
     env = make_vec_env("simple_spread", 4, 3)
     [g] = teacher["groups"]
     assert g["state_dim"] == env.state_dim == 3 * g["obs_dim"]
@@ -186,16 +180,8 @@ def test_distill_then_finetune_starts_from_the_student(tmp_path) -> None:  # noq
     import json
 
     from teamrl.marl.distill import distill_run
-    from teamrl.marl.train import train
 
-    overrides = {
-        "total_env_steps": 400,
-        "num_envs": 8,
-        "hidden": [32, 32],
-        "epochs": 1,
-        "entity_actor": False,
-    }
-    train("mappo", "simple_spread", overrides, tmp_path / "t", episodes=2, show_progress=False, eval_every=0)
+    _train_teacher(tmp_path, entity_actor=False)
     settings = {"hidden": [16], "rounds": 2, "num_envs": 8, "steps_per_round": 10}
     settings.update(finetune_env_steps=256, finetune_lr=1e-12)  # a step too small to move the weights
     summary = distill_run(tmp_path / "t", tmp_path / "s", settings, episodes=4, show_progress=False)
