@@ -20,8 +20,9 @@ and the CPU time of each phase.
     .venv/bin/python benchmarks/distill.py [--seeds 0 1 2] [--jobs 2] [--work DIR] [--teacher-steps 4000000]
         [--finetune-steps 1000000] [--student 32 32] [--teacher-hidden 128 128] [--tag NAME]
 
-A teacher run already in ``--work`` (``teacher_s{seed}`` with its eval.json) is reused. Writes
-benchmarks/results/distill_central[_TAG].json and .png.
+A teacher run already in ``--work`` (``teacher_s{seed}`` with its eval.json) is reused; ``--merge A.json
+B.json`` joins the seeds of records measured apart. Writes benchmarks/results/distill_central[_TAG].json and
+.png.
 """
 
 from __future__ import annotations
@@ -128,6 +129,19 @@ def plot(result: dict[str, Any], path: Path) -> None:
     save_figure(fig, path)  # laid out, written beside path and renamed
 
 
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and sample std over seeds of each arm's return and of the share kept; the FLOPs ratio."""
+    summary: dict[str, Any] = {}
+    for key in ("teacher", "student", "finetuned", "random"):
+        if all(key in r["returns"] for r in rows):
+            summary[f"return/{key}"] = mean_std([r["returns"][key] for r in rows])
+    for key in ("distilled", "finetuned"):
+        if all(r["kept"][key] is not None for r in rows):
+            summary[f"kept/{key}"] = mean_std([r["kept"][key] for r in rows])
+    summary["flops_ratio"] = rows[0]["flops_ratio"]
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -142,6 +156,14 @@ def main() -> None:
     parser.add_argument("--finetune-steps", type=int, default=1_000_000)
     parser.add_argument("--student", type=int, nargs="+", default=[32, 32])
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: join the seeds of these records (runs of this script with the same settings, "
+        "e.g. seeds measured apart) into one record",
+    )
     a = parser.parse_args()
     args = {
         "work": a.work,
@@ -152,22 +174,28 @@ def main() -> None:
         "suffix": f"_{a.tag}" if a.tag else "",
     }
     start = time.perf_counter()
-    with concurrent.futures.ProcessPoolExecutor(max_workers=a.jobs) as pool:
-        rows = list(pool.map(one_seed, a.seeds, [args] * len(a.seeds)))
-    summary: dict[str, Any] = {}
-    for key in ("teacher", "student", "finetuned", "random"):
-        if all(key in r["returns"] for r in rows):
-            summary[f"return/{key}"] = mean_std([r["returns"][key] for r in rows])
-    for key in ("distilled", "finetuned"):
-        if all(r["kept"][key] is not None for r in rows):
-            summary[f"kept/{key}"] = mean_std([r["kept"][key] for r in rows])
-    summary["flops_ratio"] = rows[0]["flops_ratio"]
+    if a.merge:
+        parts = [json.loads(p.read_text()) for p in a.merge]
+        keys = ("teacher_steps", "teacher_hidden", "finetune_steps", "student")
+        if any(
+            {k: p["settings"][k] for k in keys} != {k: parts[0]["settings"][k] for k in keys} for p in parts
+        ):
+            raise SystemExit("--merge: the records were measured with different settings")
+        rows = sorted((r for p in parts for r in p["seeds"]), key=lambda r: r["seed"])
+        args = {**parts[0]["settings"], "suffix": args["suffix"]}
+        a.seeds = [r["seed"] for r in rows]
+        measured, wall = parts[0]["measured"], sum(p["wall_s"] for p in parts)
+    else:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=a.jobs) as pool:
+            rows = list(pool.map(one_seed, a.seeds, [args] * len(a.seeds)))
+        measured, wall = time.strftime("%Y-%m-%d"), time.perf_counter() - start
+    summary = summarize(rows)
     result = {
-        "measured": time.strftime("%Y-%m-%d"),
+        "measured": measured,
         "machine": "2-core CPU, one torch thread per job",
         "settings": {**args, "seeds": a.seeds},
         "episode_set": "batched simple_spread, 50 copies reset with seed 12345, one episode each",
-        "wall_s": time.perf_counter() - start,
+        "wall_s": wall,
         "summary": summary,
         "seeds": rows,
     }
