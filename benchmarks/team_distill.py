@@ -9,7 +9,9 @@ teacher, on the embedded 0.9M base, SFT then RL):
    ``--hidden`` wide, ``--layers`` layers), and its roles' adapters get the main job's SFT on the scripted
    experts' demonstrations (``recipe.sft``): the student **without** a teacher (arm ``sft``);
 3. from that SFT snapshot, every role's adapter is trained further, with the same SFT settings, on
-   - the teacher's solved episodes (arm ``distilled``), or
+   - the teacher's solved episodes (arm ``distilled``: sequence-level distillation, its sampled tokens),
+   - the same turns with the teacher's next-token distributions as targets (arm ``distilled_kd``: token-level
+     distillation, KL(teacher || student), ``HFPolicy.sft(..., teacher=...)``), or
    - as many more expert episodes (arm ``more_experts``: the control for "more data" against "the teacher's
      behaviour").
 
@@ -20,6 +22,7 @@ the count a matrix product of one token's activations makes, as ``teamrl.marl.di
 
     .venv/bin/python benchmarks/team_distill.py RUN_DIR [RUN_DIR ...] [--train-tasks 256] [--heldout 96]
         [--hidden 64] [--layers 2] [--work runs/team_distill] [--json benchmarks/results/team_distill.json]
+        [--arms sft distilled distilled_kd more_experts] [--add-to EARLIER.json]
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from teamrl.atomic import atomic_write_text  # noqa: E402
 
-ARMS = ("sft", "distilled", "more_experts")
+ARMS = ("sft", "distilled", "distilled_kd", "more_experts")
 
 
 def flops_per_token(model: Any) -> int:
@@ -92,9 +95,6 @@ def success(trainer: Any, tasks: list[Any]) -> dict[str, float]:
 def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from teamrl.policies.sft import SFTSettings
-    from teamrl.trainer.build import demonstrations
-    from teamrl.trainer.learner import ref_adapter
     from teamrl.trainer.trainer import Trainer, resume_config
 
     torch.set_num_threads(1)
@@ -106,19 +106,40 @@ def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         heldout = teacher.suite.fixed_set("heldout", args.heldout)
         collected = teacher.rollout(teacher.suite.fixed_set("train", args.train_tasks), 2, seed_key="distill")
         pairs, n_solved = solved_pairs(collected)
+        base = next(p for p in teacher.policies.values() if hasattr(p, "base"))
         result: dict[str, Any] = {
             "run_dir": str(run_dir),
-            "teacher": success(teacher, heldout),
+            "teacher": {
+                **success(teacher, heldout),
+                "flops_per_token": flops_per_token(base.base),
+                "parameters": sum(p.numel() for n, p in base.base.named_parameters() if "lora_" not in n),
+            },
             "teacher_episodes": {"played": len(collected), "solved": n_solved},
             "pairs": {role: len(p) for role, p in pairs.items()},
         }
-        base = next(p for p in teacher.policies.values() if hasattr(p, "base"))
-        result["teacher"]["flops_per_token"] = flops_per_token(base.base)
-        result["teacher"]["parameters"] = sum(
-            p.numel() for n, p in base.base.named_parameters() if "lora_" not in n
-        )
+        result.update(students(cfg, teacher, run_dir, pairs, n_solved, heldout, args))
     finally:
         teacher.close()
+    result["wall_s"] = time.perf_counter() - t0
+    return result
+
+
+def students(
+    cfg: Any,
+    teacher: Any,
+    run_dir: Path,
+    pairs: dict[str, list[tuple[str, str]]],
+    n_solved: int,
+    heldout: list[Any],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """The smaller base's arms (``args.arms``), each from the same SFT snapshot; the teacher's roles give
+    ``distilled_kd`` its token distributions (KL on the same solved turns: the teacher's soft targets instead
+    of its sampled tokens)."""
+    from teamrl.policies.sft import SFTSettings
+    from teamrl.trainer.build import demonstrations
+    from teamrl.trainer.learner import ref_adapter
+    from teamrl.trainer.trainer import Trainer
 
     small = copy.deepcopy(cfg)
     for policy in small.policies.values():
@@ -129,32 +150,38 @@ def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work) / run_dir.name
     shutil.rmtree(work, ignore_errors=True)
     student = Trainer(small, work)
+    out: dict[str, Any] = {}
     try:
         student.sft_roles()  # the main job's SFT on the experts' demonstrations; the snapshot in ref_adapter
         s = small.recipe.sft
         settings = SFTSettings(epochs=s.epochs, batch_size=s.batch_size, lr=s.lr, seed=small.run.seed)
-        more = demonstrations(small, n_solved, seed=small.run.seed + 7919)  # not the SFT's own episodes
-        data = {"sft": None, "distilled": pairs, "more_experts": more}
+        more = (
+            demonstrations(small, n_solved, seed=small.run.seed + 7919) if "more_experts" in args.arms else {}
+        )
+        data = {"sft": {}, "distilled": pairs, "distilled_kd": pairs, "more_experts": more}
         roles = [r for r in small.role_order() if small.seat(r).adapter]
         some = student.policy_of(roles[0])
-        result["student"] = {
+        out["student"] = {
             "flops_per_token": flops_per_token(some.base),
             "parameters": sum(p.numel() for n, p in some.base.named_parameters() if "lora_" not in n),
         }
-        for arm in ARMS:
+        for arm in args.arms:
             for role in roles:
                 policy = student.policy_of(role)
                 # every arm starts from the SFT snapshot (the frozen reference adapter)
                 policy.load_adapter_state_dict(role, policy.adapter_state_dict(ref_adapter(role)))
-                arm_pairs = (data[arm] or {}).get(role, [])
-                if arm_pairs:
-                    policy.sft(role, arm_pairs, settings, progress=False)
-            result[arm] = success(student, heldout)
-            print(f"{run_dir.name} {arm}: {result[arm]}", flush=True)
+                if not data[arm].get(role):
+                    continue
+                source = None
+                if arm == "distilled_kd":
+                    seat = teacher.team.seats[role]
+                    source = (teacher.policies[seat.policy], seat.adapter)
+                policy.sft(role, data[arm][role], settings, progress=False, teacher=source)
+            out[arm] = success(student, heldout)
+            print(f"{run_dir.name} {arm}: {out[arm]}", flush=True)
     finally:
         student.close()
-    result["wall_s"] = time.perf_counter() - t0
-    return result
+    return out
 
 
 def plot(data: dict[str, Any], path: Path) -> None:
@@ -166,7 +193,8 @@ def plot(data: dict[str, Any], path: Path) -> None:
     from teamrl.marl.run import save_figure
 
     runs = data["runs"]
-    arms = [("teacher", "teacher (0.9M, RL)"), *[(a, f"student: {a.replace('_', ' ')}") for a in ARMS]]
+    present = [a for a in ARMS if all(a in r for r in runs)]
+    arms = [("teacher", "teacher (0.9M, RL)"), *[(a, f"student: {a.replace('_', ' ')}") for a in present]]
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8), sharey=True)
     for ax, mode in zip(axes, ("greedy", "sampled"), strict=True):
         for i, (arm, _label) in enumerate(arms):
@@ -194,25 +222,51 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--work", default="runs/team_distill", help="the students' run directories")
     parser.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "team_distill.json")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="the students to train")
+    parser.add_argument(
+        "--add-to",
+        type=Path,
+        metavar="JSON",
+        help="add this run's student arms to an earlier record of the same runs (the other arms and the "
+        "teacher's figures are kept from it) and write the joined record to --json",
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     runs = [measure(r, args) for r in args.runs]
+    measured = time.strftime("%Y-%m-%d")
+    if args.add_to is not None:
+        earlier = {r["run_dir"]: r for r in json.loads(args.add_to.read_text())["runs"]}
+        missing = [r["run_dir"] for r in runs if r["run_dir"] not in earlier]
+        if missing:
+            raise SystemExit(f"--add-to: {args.add_to} has no record of {missing}")
+        runs = [
+            {
+                **earlier[r["run_dir"]],
+                **{a: r[a] for a in args.arms},
+                "teacher_remeasured": r["teacher"],  # the teacher's figures stay the earlier record's
+                "replaced": {a: earlier[r["run_dir"]][a] for a in args.arms if a in earlier[r["run_dir"]]},
+            }
+            for r in runs
+        ]
+        measured += f" (arms {', '.join(args.arms)}; the others from {args.add_to.name})"
     summary: dict[str, Any] = {
         "flops_ratio": runs[0]["teacher"]["flops_per_token"] / runs[0]["student"]["flops_per_token"]
     }
     for arm in ("teacher", *ARMS):
+        if not all(arm in r for r in runs):
+            continue
         for mode in ("greedy", "sampled"):
             values = [r[arm][mode] for r in runs]
             sd = statistics.stdev(values) if len(values) > 1 else 0.0
             summary[f"{arm}/{mode}"] = [statistics.mean(values), sd]
-    for mode in ("greedy", "sampled"):
-        kept = [r["distilled"][mode] / r["teacher"][mode] for r in runs if r["teacher"][mode] > 0]
-        summary[f"distilled_kept/{mode}"] = [
-            statistics.mean(kept),
-            statistics.stdev(kept) if len(kept) > 1 else 0.0,
-        ]
+            kept = [r[arm][mode] / r["teacher"][mode] for r in runs if r["teacher"][mode] > 0]
+            if arm != "teacher" and kept:
+                summary[f"{arm}_kept/{mode}"] = [
+                    statistics.mean(kept),
+                    statistics.stdev(kept) if len(kept) > 1 else 0.0,
+                ]
     data = {
-        "measured": time.strftime("%Y-%m-%d"),
+        "measured": measured,
         "machine": "2-core CPU, one torch thread",
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "runs"},
         "wall_s": time.perf_counter() - start,

@@ -151,6 +151,39 @@ def test_lora_sft_learns_and_touches_only_its_adapter(built: Path) -> None:
     assert not any(p.requires_grad for p in policy.base.parameters() if id(p) not in _lora_ids(policy))
 
 
+def _next_token_kl(teacher: HFPolicy, student: HFPolicy, pairs: list[tuple[str, str]]) -> float:
+    """Mean KL(teacher || student) of the next-token distributions over the prompts of ``pairs``."""
+    kls = []
+    for prompt, _ in pairs:
+        ids = torch.tensor([student.tokenizer(prompt)["input_ids"]])
+        with torch.no_grad(), teacher._use("teacher"), student._use("student"):
+            t = torch.log_softmax(teacher.model(input_ids=ids).logits[0, -1].float(), -1)
+            s = torch.log_softmax(student.model(input_ids=ids).logits[0, -1].float(), -1)
+        kls.append(float((t.exp() * (t - s)).sum()))
+    return sum(kls) / len(kls)
+
+
+def test_token_level_distillation_moves_the_student_to_the_teacher(built: Path) -> None:
+    """sft(..., teacher=(policy, adapter)): the student's adapter learns the teacher's next-token
+    distributions (soft targets, not the completions' tokens); another tokenizer is refused."""
+    teacher = _policy(built, "teacher")
+    _perturb(teacher, "teacher", seed=3)
+    with torch.no_grad():  # a teacher whose distributions differ clearly from the base's
+        for p in teacher.adapter_parameters("teacher"):
+            p.mul_(8.0)
+    student = _policy(built, "student")
+    pairs = _copy_corpus(seed=5)[:16]
+    before = _next_token_kl(teacher, student, pairs)
+    settings = SFTSettings(max_steps=60, batch_size=8, lr=3e-3)
+    stats = student.sft("student", pairs, settings, progress=False, teacher=(teacher, "teacher"))
+    after = _next_token_kl(teacher, student, pairs)
+    assert stats["final_loss"] < stats["epoch_losses"][0] and after < before / 2, (before, after)
+    assert teacher.fingerprint("teacher") == teacher.fingerprint("teacher")  # the teacher only reads
+    teacher.tokenizer = train_tokenizer(["something else entirely"] * 5, vocab_size=300)
+    with pytest.raises(ValueError, match="one tokenizer"):
+        student.sft("student", pairs, settings, progress=False, teacher=(teacher, "teacher"))
+
+
 def _lora_ids(policy: HFPolicy) -> set[int]:
     return {id(p) for a in policy.adapter_names for p in policy.adapter_parameters(a)}
 

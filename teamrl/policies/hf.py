@@ -400,12 +400,30 @@ class HFPolicy(LoraAdapterMixin):
         examples: Sequence[tuple[str, str]],
         settings: SFTSettings,
         progress: bool = True,
+        teacher: tuple[HFPolicy, str | None] | None = None,
     ) -> dict[str, float | int | list[float]]:
-        """Supervised fine-tuning of one adapter only (or of the base, adapters off, when None)."""
+        """Supervised fine-tuning of one adapter only (or of the base, adapters off, when None).
+
+        ``teacher``: ``(policy, its adapter)`` whose next-token distributions the adapter learns at the
+        completion tokens (token-level distillation, KL(teacher || this)), e.g. a trained team's role into a
+        smaller base; the two tokenizers must be the same."""
         self._check(adapter)
         params = list(self._params[adapter].values())
         if adapter is None and settings.lr is None:
             settings = dataclasses.replace(settings, lr=FULL_LR)
+        teacher_logits = None
+        if teacher is not None:
+            source, source_adapter = teacher
+            source._check(source_adapter)
+            if source.tokenizer.get_vocab() != self.tokenizer.get_vocab():
+                raise ValueError(
+                    f"distillation needs one tokenizer: policy {source.name!r}'s differs from {self.name!r}'s"
+                )
+
+            def teacher_logits(input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+                with source._use(source_adapter):
+                    return source.model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits
+
         with self._use(adapter):
             return sft_train(
                 self.model,
@@ -416,4 +434,5 @@ class HFPolicy(LoraAdapterMixin):
                 progress=progress,
                 desc=f"sft {self.name}/{adapter or 'base'}",
                 chat_template=self.chat_template,
+                teacher=teacher_logits,
             )

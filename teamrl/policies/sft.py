@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -136,8 +136,13 @@ def sft_train(
     progress: bool = True,
     desc: str = "sft",
     chat_template: bool = False,
+    teacher: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, float | int | list[float]]:
     """Train ``parameters`` (default: all of the model's) with loss on completion tokens only.
+
+    ``teacher`` (token-level distillation): a function of ``(input_ids, attention_mask)`` returning a
+    teacher's logits over the same vocabulary; the loss is then KL(teacher || model) of the next-token
+    distributions at the completion tokens instead of the completions' cross-entropy.
 
     Every other parameter is frozen for the duration and all ``requires_grad`` flags are restored
     afterwards. Returns ``steps``, ``epoch_losses`` (token-weighted mean per epoch, the last one possibly
@@ -212,8 +217,14 @@ def sft_train(
                 )
                 targets = labels[:, 1:]
                 n = int((targets != -100).sum())
-                flat = logits.reshape(-1, logits.shape[-1])
-                loss = F.cross_entropy(flat, targets.reshape(-1), reduction="sum") / n
+                if teacher is None:
+                    flat = logits.reshape(-1, logits.shape[-1])
+                    loss = F.cross_entropy(flat, targets.reshape(-1), reduction="sum") / n
+                else:
+                    with torch.no_grad():
+                        t_logp = F.log_softmax(teacher(input_ids, mask)[:, :-1].float()[targets != -100], -1)
+                    s_logp = F.log_softmax(logits[targets != -100], -1)
+                    loss = (t_logp.exp() * (t_logp - s_logp)).sum() / n
                 for group in optimizer.param_groups:
                     group["lr"] = lr * _lr_factor(step, total, warmup, settings.min_lr_ratio)
                 optimizer.zero_grad(set_to_none=True)
