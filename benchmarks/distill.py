@@ -78,6 +78,7 @@ def one_seed(seed: int, args: dict[str, Any]) -> dict[str, Any]:
     summary = distill_run(teacher_dir, student_dir, settings, episodes=50, show_progress=False)
     total_cpu = time.process_time() - start
     tune = summary.get("finetune", {})
+    teacher_eval = json.loads((teacher_dir / "eval.json").read_text())
     return {
         "seed": seed,
         "returns": summary["returns"],
@@ -85,12 +86,11 @@ def one_seed(seed: int, args: dict[str, Any]) -> dict[str, Any]:
         "flops_per_action": summary["flops_per_action"],
         "flops_ratio": summary["flops_ratio"],
         "agreement": summary["history"][-1]["agreement"],
-        "cpu_s": {
-            "teacher": teacher_cpu,
-            "distill": total_cpu - tune.get("seconds", 0.0),
-            "finetune": tune.get("seconds"),
-        },
-        "teacher_eval": json.loads((teacher_dir / "eval.json").read_text())["return/mean"],
+        # CPU seconds of this process (the teacher's: None when an earlier run's teacher was reused);
+        # wall seconds as measured while the machine was shared
+        "cpu_s": {"teacher": teacher_cpu, "distill_and_finetune": total_cpu},
+        "wall_s": {"teacher": teacher_eval["train"]["wall_s"], "finetune": tune.get("seconds")},
+        "teacher_eval": teacher_eval["return/mean"],
     }
 
 
