@@ -60,7 +60,7 @@ def auc(scores: list[float], labels: list[bool]) -> float:
 def arm_stats(episodes: list[Any]) -> dict[str, Any]:
     solved = [bool(e.verifier.get("solved")) for e in episodes]
     extra = [int(e.verifier.get("foresight", {}).get("extra_tokens", 0)) for e in episodes]
-    tokens = sum(e.num_generated_tokens for e in episodes) + sum(extra)
+    tokens = sum(e.num_generated_tokens for e in episodes)  # the versions set aside included
     tries = [len(e.verifier["foresight"]["predicted"]) for e in episodes if "foresight" in e.verifier]
     first_examples = [
         all(e.verifier["examples_on_versions"][0]) for e in episodes if e.verifier.get("examples_on_versions")

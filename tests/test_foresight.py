@@ -83,6 +83,8 @@ def test_the_test_driven_coder_imagines_before_handing_over() -> None:
     assert episode.verifier["foresight"] == {"predicted": [0.1, 0.9], "kept": 1, "extra_tokens": 0}
     assert len(episode.verifier["code_pass"]) == 1 and episode.verifier["solved"]  # no revision needed
     assert len(episode.turns_of("coder")) == 1  # the version not kept is no turn of the episode
+    [aside] = episode.discarded  # kept apart: the buggy first version the coder expected to fail
+    assert task.buggy_solution.strip("\n") in aside.text
     plain = asyncio.run(build_workflow(load_config(None, sets), sandbox).play(team, task))
     assert "foresight" not in plain.verifier and len(plain.verifier["code_pass"]) == 2  # buggy, then fixed
 
@@ -123,5 +125,12 @@ def test_a_probe_on_the_policy_s_hidden_states_drives_imagine_beside_the_engine(
         for e in imagined:
             info = e.verifier["foresight"]
             assert len(info["predicted"]) == 2 and info["extra_tokens"] > 0
+            # the version set aside is no turn, but its tokens count as generated (budgets, tokens per solve)
+            [aside] = e.discarded
+            assert aside.role == "coder" and len(aside.completion_ids) == info["extra_tokens"]
+            spent = sum(
+                len(t.completion_ids) for t in [*e.turns, *(c.turn for c in e.candidates)] if not t.reused
+            )
+            assert e.num_generated_tokens == spent + info["extra_tokens"]
     finally:
         trainer.close()

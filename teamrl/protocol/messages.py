@@ -91,6 +91,12 @@ class Episode(BaseModel):
         "the episode (turn-level groups): learned from and counted as generated tokens, never part of the "
         "conversation",
     )
+    discarded: list[Turn] = Field(
+        default_factory=list,
+        description="turns generated for the episode and set aside (a coder's imagined versions not kept, "
+        "``workflow.imagine``): counted as generated tokens, neither learned from nor part of the "
+        "conversation",
+    )
     errors: list[str] = Field(default_factory=list)
 
     def turns_of(self, role: str) -> list[Turn]:
@@ -98,8 +104,9 @@ class Episode(BaseModel):
 
     @property
     def num_generated_tokens(self) -> int:
-        """Completion tokens generated for this episode: its turns (except reused ones) and its candidates."""
-        turns = [*self.turns, *(c.turn for c in self.candidates)]
+        """Completion tokens generated for this episode: its turns (except reused ones), its candidates and
+        the turns it set aside."""
+        turns = [*self.turns, *(c.turn for c in self.candidates), *self.discarded]
         return sum(len(t.completion_ids) for t in turns if not t.reused)
 
 

@@ -487,6 +487,7 @@ class TDD(Workflow[TDDConfig]):
             error = tries[kept].error
             if error:
                 episode.errors.append(error)
+        episode.discarded.extend(t for i, t in enumerate(tries) if i != kept)  # their tokens were spent
         context["foresight"] = {  # into the verifier once the episode is verified
             "predicted": chances,
             "kept": kept,
