@@ -536,3 +536,26 @@ def test_a_self_play_run_gets_its_game_figure(tmp_path):
     result = write_report([run_dir], out)
     assert result.warnings == [] and _figures(out) == TEAM_FIGURES | {"selfplay"}
     assert ">Self-play<" in result.index.read_text()
+
+
+def test_what_the_env_reports_is_drawn_for_a_marl_run(tmp_path):
+    """``env/<key>`` rows (an env's ``info[agent]["episode"]``, e.g. a world's objectives) get one chart of
+    small curves; a run without them gets none."""
+    import io
+
+    from matplotlib.image import imread
+
+    from teamrl.marl.run import RunContext
+    from teamrl.report.page import marl_charts
+
+    plain = load_run(make_marl_run(tmp_path / "plain", rows=10))
+    assert "env" not in [c.key for c in marl_charts(plain)]
+    path = make_marl_run(tmp_path / "world", rows=10)
+    run = RunContext(path, make_env=None, total_steps=64_000, show_progress=False, tensorboard=False)
+    for i in range(11, 21):  # what a world reports, logged as `teamrl marl train` logs it
+        run.log(i * 3200, {f"env/objective/{k}": 0.1 * (i % 5) for k in ("goals", "social", "coherence")})
+    world = load_run(path)
+    [chart] = [c for c in marl_charts(world) if c.key == "env"]
+    image = imread(io.BytesIO(chart.png))
+    assert image.shape[1] > 2 * image.shape[0]  # three panels side by side
+    assert not world.warnings

@@ -438,6 +438,38 @@ def marl_diagnostics(run: Run) -> bytes | None:
     return _panels(run, MARL_DIAGNOSTICS)
 
 
+MAX_ENV_PANELS = 12
+
+
+def marl_env(run: Run) -> bytes | None:
+    """What the env reports about its finished episodes (``env/<key>`` rows: ``info[agent]["episode"]``,
+    e.g. each objective of a world and what emerged in it): one small curve per key, four to a row, at most
+    :data:`MAX_ENV_PANELS` (the first in name order)."""
+    keys = sorted({k for r in run.rows for k in r if k.startswith("env/")})
+    keys = [k for k in keys if has(run.rows, k)][:MAX_ENV_PANELS]
+    if not keys:
+        return None
+    from matplotlib.figure import Figure
+
+    ncols = min(4, len(keys))
+    nrows = math.ceil(len(keys) / ncols)
+    fig = Figure(figsize=(3.2 * ncols, 2.4 * nrows), dpi=DPI)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for i, ax in enumerate(axes):
+        if i >= len(keys):
+            ax.set_visible(False)
+            continue
+        rows = [r for r in run.rows if keys[i] in r]
+        xs, ys = series(rows, keys[i])
+        ax.grid(alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+        _noisy_line(ax, xs, ys, PALETTE[i % len(PALETTE)], keys[i])
+        ax.set_title(keys[i].removeprefix("env/"), fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.tick_params(labelsize=7)
+    return _png(fig)
+
+
 def marl_throughput(run: Run) -> bytes | None:
     rows = [r for r in run.rows if "agent_steps_per_s" in r]
     if not has(rows, "agent_steps_per_s"):

@@ -92,6 +92,12 @@ def marl_charts(run: Run) -> list[Chart]:
             ("return", "Episode return", "summed over agents; per agent faint", lambda: F.marl_return(run)),
             ("losses", "Losses", "", lambda: F.marl_losses(run)),
             ("diagnostics", "Policy diagnostics", "", lambda: F.marl_diagnostics(run)),
+            (
+                "env",
+                "What the env reports",
+                "per finished episode (info[agent]['episode']): e.g. a world's objectives and what emerged",
+                lambda: F.marl_env(run),
+            ),
             ("throughput", "Agent-steps / s", "training throughput", lambda: F.marl_throughput(run)),
         ],
         run.warnings,

@@ -358,7 +358,7 @@ def marl_section(run: Run, rid: str, charts: list[Chart]) -> str:
     html.append("<h3>Learning curves</h3>")
     html.append(
         '<div class="charts">'
-        + "".join(_img(c, wide=c.key in ("losses", "diagnostics")) for c in charts)
+        + "".join(_img(c, wide=c.key in ("losses", "diagnostics", "env")) for c in charts)
         + "</div>"
         if charts
         else "<p class='muted'>no curves yet</p>"
