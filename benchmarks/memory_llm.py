@@ -36,8 +36,8 @@ POLICIES = ("learned", "fifo", "recency", "keep_all", "none")
 def measure(run_dir: Path) -> dict[str, Any]:
     import torch
 
-    from teamrl.engine.team import Seat, Team
-    from teamrl.trainer.build import build_suite, build_workflow
+    from teamrl.engine.team import Team
+    from teamrl.trainer.build import build_suite, build_workflow, workflow_experts
     from teamrl.trainer.trainer import Trainer, resume_config
 
     torch.set_num_threads(1)
@@ -61,8 +61,7 @@ def measure(run_dir: Path) -> dict[str, Any]:
     cfg = resume_config(run_dir)
     workflow = build_workflow(cfg, None)
     tasks = build_suite(cfg).fixed_set("heldout", cfg.tasks.heldout_size)
-    experts = workflow.experts(random.Random(cfg.run.seed))
-    team = Team({role: Seat(script=experts[role]) for role in experts})
+    team = Team(workflow_experts(workflow, random.Random(cfg.run.seed)))
     episodes = [asyncio.run(workflow.play(team, t)) for t in tasks for _ in range(cfg.run.eval_samples)]
     out["scripted_reader"] = {"outcome": statistics.mean(e.outcome for e in episodes)}
     out["memory_policy"] = own

@@ -59,12 +59,10 @@ def flops_per_token(model: Any) -> int:
 
 def solved_pairs(episodes: list[Any]) -> tuple[dict[str, list[tuple[str, str]]], int]:
     """Every turn of the solved episodes as (prompt, completion) per role, and how many episodes that is."""
-    pairs: dict[str, list[tuple[str, str]]] = {}
+    from teamrl.trainer.build import turn_pairs
+
     solved = [e for e in episodes if e.verifier.get("solved")]
-    for e in solved:
-        for turn in e.turns:
-            pairs.setdefault(turn.role, []).append((turn.prompt, turn.text))
-    return pairs, len(solved)
+    return turn_pairs(solved), len(solved)
 
 
 def success(trainer: Any, tasks: list[Any]) -> dict[str, float]:

@@ -228,23 +228,26 @@ def distill_run(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
-    student_resolved = {**resolved, "config": student["config"]}
+    run_cfg = student["config"]
+    if cfg.finetune_env_steps:  # the student's run directory is then the fine-tuning's run
+        run_cfg = {
+            **run_cfg,
+            "total_env_steps": cfg.finetune_env_steps,
+            "lr": cfg.finetune_lr,
+            "seed": cfg.seed,
+        }
+    student_resolved = {**resolved, "config": run_cfg}
     atomic_write_text(out / "config.yaml", yaml.safe_dump(student_resolved, sort_keys=False))
     save_torch(student, out / "checkpoint.pt")
     module, _ = algorithm(resolved["algorithm"])
-    actors = {"teacher": module.make_actor(teacher), "student": module.make_actor(student)}
     finetune: dict[str, Any] = {}
     if cfg.finetune_env_steps:
         save_torch(student, out / "distilled.pt")
-        tune_cfg = {**student["config"], "total_env_steps": cfg.finetune_env_steps, "lr": cfg.finetune_lr}
-        tune_cfg["seed"] = cfg.seed
-        student_resolved["config"] = tune_cfg
-        atomic_write_text(out / "config.yaml", yaml.safe_dump(student_resolved, sort_keys=False))
         init = {"actors": student["actors"], "critics": teacher.get("critics")}
         start = time.perf_counter()
         result = _run(
             module,
-            module.Config(**tune_cfg),
+            module.Config(**run_cfg),
             student_resolved,
             out,
             episodes,
@@ -253,8 +256,6 @@ def distill_run(
             None,
             init,
         )
-        tuned = torch.load(out / "checkpoint.pt", weights_only=False)
-        actors["finetuned"] = module.make_actor(tuned)
         finetune = {
             "env_steps": cfg.finetune_env_steps,
             "seconds": time.perf_counter() - start,
@@ -262,13 +263,19 @@ def distill_run(
         }
     env = make_env(min(episodes, 256), EVAL_SEED)
     try:
-        actors["random"] = random_actor(env, seed=0)
+        actors = {
+            "teacher": module.make_actor(teacher),
+            "student": module.make_actor(student),
+            "random": random_actor(env, seed=0),
+        }
         scores = {
             name: evaluate(actor, env, episodes, seed=EVAL_SEED)["return/mean"]
             for name, actor in actors.items()
         }
     finally:
         env.close()
+    if finetune:  # _run evaluated the fine-tuned checkpoint on these same episodes (eval.json)
+        scores["finetuned"] = result["eval"]["return/mean"]
     flops = {"teacher": flops_per_action(teacher), "student": flops_per_action(student)}
     summary = {
         "returns": scores,

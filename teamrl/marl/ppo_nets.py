@@ -325,7 +325,7 @@ def load_weights(checkpoint: dict[str, Any], actors: nn.ModuleList, critics: nn.
     given_actors = checkpoint.get("actors") or []
     if len(given_actors) != len(actors):
         raise ValueError(f"the initial weights have {len(given_actors)} actor(s); this run has {len(actors)}")
-    for i, (module, state) in enumerate(zip(actors, checkpoint["actors"], strict=True)):
+    for i, (module, state) in enumerate(zip(actors, given_actors, strict=True)):
         try:
             module.load_state_dict(state)
         except RuntimeError as exc:

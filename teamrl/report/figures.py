@@ -24,11 +24,12 @@ def role_color(roles: Sequence[str], role: str) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _figure(width: float = 6.4, height: float = 3.4, ncols: int = 1):
+def _figure(width: float = 6.4, height: float = 3.4, ncols: int = 1, nrows: int = 1):
+    """A figure and its axes, row by row (a flat list)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=DPI)
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
@@ -415,16 +416,23 @@ def marl_return(run: Run) -> bytes | None:
     return _png(fig)
 
 
-def _panels(run: Run, keys: list[str]) -> bytes | None:
-    keys = [k for k in keys if has(run.rows, k)][:4]
+def _panels(run: Run, keys: list[str], limit: int = 4, prefix: str = "") -> bytes | None:
+    """One small curve per key of ``keys`` that the run logged (the first ``limit``), four to a row; each
+    titled by its key without ``prefix``."""
+    keys = [k for k in keys if has(run.rows, k)][:limit]
     if not keys:
         return None
-    fig, axes = _figure(width=max(6.4, 3.4 * len(keys)), height=3.0, ncols=len(keys))
-    for ax, key in zip(axes, keys, strict=True):
+    ncols = min(4, len(keys))
+    nrows = math.ceil(len(keys) / ncols)
+    width = max(6.4, 3.4 * ncols)
+    fig, axes = _figure(width=width, height=3.0 if nrows == 1 else 2.4 * nrows, ncols=ncols, nrows=nrows)
+    for ax in axes[len(keys) :]:
+        ax.set_visible(False)
+    for i, (ax, key) in enumerate(zip(axes, keys, strict=False)):
         rows = [r for r in run.rows if key in r]
         xs, ys = series(rows, key)
-        _noisy_line(ax, xs, ys, PALETTE[keys.index(key) % len(PALETTE)], key)
-        ax.set_title(key, fontsize=9)
+        _noisy_line(ax, xs, ys, PALETTE[i % len(PALETTE)], key)
+        ax.set_title(key.removeprefix(prefix), fontsize=9)
         ax.set_xlabel("environment steps", fontsize=8)
         ax.tick_params(labelsize=7)
     return _png(fig)
@@ -446,28 +454,7 @@ def marl_env(run: Run) -> bytes | None:
     e.g. each objective of a world and what emerged in it): one small curve per key, four to a row, at most
     :data:`MAX_ENV_PANELS` (the first in name order)."""
     keys = sorted({k for r in run.rows for k in r if k.startswith("env/")})
-    keys = [k for k in keys if has(run.rows, k)][:MAX_ENV_PANELS]
-    if not keys:
-        return None
-    from matplotlib.figure import Figure
-
-    ncols = min(4, len(keys))
-    nrows = math.ceil(len(keys) / ncols)
-    fig = Figure(figsize=(3.2 * ncols, 2.4 * nrows), dpi=DPI)
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for i, ax in enumerate(axes):
-        if i >= len(keys):
-            ax.set_visible(False)
-            continue
-        rows = [r for r in run.rows if keys[i] in r]
-        xs, ys = series(rows, keys[i])
-        ax.grid(alpha=0.3)
-        ax.spines[["top", "right"]].set_visible(False)
-        _noisy_line(ax, xs, ys, PALETTE[i % len(PALETTE)], keys[i])
-        ax.set_title(keys[i].removeprefix("env/"), fontsize=9)
-        ax.set_xlabel("environment steps", fontsize=8)
-        ax.tick_params(labelsize=7)
-    return _png(fig)
+    return _panels(run, keys, limit=MAX_ENV_PANELS, prefix="env/")
 
 
 def marl_throughput(run: Run) -> bytes | None:

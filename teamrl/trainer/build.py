@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +187,13 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     team = Team(workflow_experts(workflow, rng))
     tasks = workflow.demonstration_tasks(suite.sample("train", n_episodes, rng))
     episodes = asyncio.run(workflow.demonstrate(team, tasks))
-    pairs: dict[str, list[tuple[str, str]]] = {r: [] for r in cfg.role_order()}
+    return turn_pairs(episodes, cfg.role_order())
+
+
+def turn_pairs(episodes: list[Episode], roles: Sequence[str] = ()) -> dict[str, list[tuple[str, str]]]:
+    """Every turn of ``episodes`` as a (prompt, completion) pair, per role (``roles`` first, each listed
+    even without a turn): SFT data, from demonstrations or from a trained team's own episodes."""
+    pairs: dict[str, list[tuple[str, str]]] = {r: [] for r in roles}
     for episode in episodes:
         for turn in episode.turns:
             pairs.setdefault(turn.role, []).append((turn.prompt, turn.text))
