@@ -33,7 +33,7 @@ POLICIES = ("none", "keep_all", "fifo", "recency", "tally", "learned")
 FEATURES = ("bias", "age", "count", "is_fact", "contradicted", "contradicts_older", "is_new")
 
 
-def _fill(ranked: list[Note], capacity: Capacity) -> list[Note]:
+def fill(ranked: list[Note], capacity: Capacity) -> list[Note]:
     """The longest prefix-greedy selection of ``ranked`` within ``capacity`` (a note that does not fit is
     skipped; a later, shorter one may still fit)."""
     kept: list[Note] = []
@@ -172,11 +172,11 @@ def make_policy(
                 )
                 for v in ranked
             ]
-            return check_capacity(_fill(notes, capacity), capacity, name)
+            return check_capacity(fill(notes, capacity), capacity, name)
         pool = write(memory, new)
         if name == "keep_all":
             return pool
         key = (lambda n: n.first) if name == "fifo" else (lambda n: n.last)
-        return check_capacity(_fill(sorted(pool, key=key, reverse=True), capacity), capacity, name)
+        return check_capacity(fill(sorted(pool, key=key, reverse=True), capacity), capacity, name)
 
     return update
