@@ -258,3 +258,14 @@ def test_the_two_loops_alternate_in_one_run_and_resume(
     finally:
         trainer.close()
     assert _phases(tmp_path / "cut") == whole
+
+
+@pytest.mark.parametrize("seat", ["archivist", "summariser"])
+def test_a_seated_memory_passes_the_conformance_checks(seat: str) -> None:
+    from teamrl.memory.workflow import CollaborateConfig
+    from teamrl.testing import check_workflow
+
+    settings = CollaborateConfig.model_validate(
+        {"order": ["proposer", "archivist", "summariser"], "rounds": 4, "memory": {"policy": seat}}
+    )
+    check_workflow("collaborate", settings)

@@ -158,6 +158,23 @@ def test_teamrl_marl_trains_on_the_town(tmp_path, capsys) -> None:  # noqa: ANN0
     assert {"env/conversations_per_agent", "env/shared_achieved", "env/plausibility"} <= logged
     assert all(0.0 <= r["env/shared_achieved"] <= 1.0 for r in rows if "env/shared_achieved" in r)
     assert (tmp_path / "r" / "env_curves.png").stat().st_size > 5_000
+    # the final evaluation keeps its first day, and the report draws it as a timeline
+    record = json.loads((tmp_path / "r" / "episode_record.json").read_text())
+    assert record["kind"] == "town_day" and len(record["data"]["places"]) == record["data"]["horizon"]
+    assert set(record["data"]["agents"]) == {"agent_0", "agent_1", "agent_2"}
+    from teamrl.report.figures import marl_record
+    from teamrl.report.load import load_run
+
+    run = load_run(tmp_path / "r")
+    png = marl_record(run)
+    assert png is not None and png[:4] == b"\x89PNG" and len(png) > 5_000 and not run.warnings
+    assert main(["report", str(tmp_path / "r")]) == 0
+    assert "A played episode" in (tmp_path / "r" / "report" / "index.html").read_text()
+    # a record of an unknown kind or with bad data is a warning, never a crash
+    for bad in ({"kind": "dream", "data": {}}, {"kind": "town_day", "data": {"agents": 3}}):
+        (tmp_path / "r" / "episode_record.json").write_text(json.dumps(bad))
+        run = load_run(tmp_path / "r")
+        assert marl_record(run) is None and "episode_record.json" in run.warnings[-1]
 
 
 def test_the_judged_objective_is_paid_at_the_end_of_an_episode() -> None:

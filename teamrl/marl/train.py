@@ -36,6 +36,7 @@ from teamrl.marl.registry import ALGORITHMS, algorithm
 
 DEFAULT_OUT = "runs/marl"
 EVAL_SEED = 12345
+RECORD_FILE = "episode_record.json"  # the final evaluation's first episode as the env recorded it
 
 # The action spaces each algorithm can use (observations: any space gymnasium can flatten, for all).
 ACTION_SPACES: dict[str, str] = {
@@ -367,8 +368,11 @@ def evaluate_run(
     env = make_env_factory(resolved["env"], resolved["env_kwargs"])(min(episodes, 256), EVAL_SEED)
     try:
         result: dict[str, Any] = evaluate(actor, env, episodes, seed=EVAL_SEED)
+        record = getattr(env, "first_record", None)  # an episode the env describes (the town's day)
     finally:
         env.close()
+    if isinstance(record, dict):
+        atomic_write_text(run_dir / RECORD_FILE, json.dumps(record))
     if train_stats is None:
         old = run_dir / "eval.json"
         train_stats = json.loads(old.read_text()).get("train", {}) if old.is_file() else {}

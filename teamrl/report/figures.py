@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from teamrl.report.load import EvalPoint, Run
@@ -455,6 +455,36 @@ def marl_env(run: Run) -> bytes | None:
     :data:`MAX_ENV_PANELS` (the first in name order)."""
     keys = sorted({k for r in run.rows for k in r if k.startswith("env/")})
     return _panels(run, keys, limit=MAX_ENV_PANELS, prefix="env/")
+
+
+def _town_day(data: Any, title: str) -> Any:
+    from teamrl.world.timeline import timeline_figure
+
+    return timeline_figure(data, title)
+
+
+# how ``teamrl report`` draws an episode record (``episode_record.json``) of each kind: data, title -> figure
+RECORD_FIGURES: dict[str, Callable[[Any, str], Any]] = {"town_day": _town_day}
+
+
+def marl_record(run: Run) -> bytes | None:
+    """The final evaluation's first episode as its env recorded it (``infos[agent]["record"]``), drawn by
+    the :data:`RECORD_FIGURES` entry of its kind (the town's day: who was where, who talked to whom); a
+    record of an unknown kind or with bad data is a warning, not a figure."""
+    record = run.record
+    if not record:
+        return None
+    kind = record.get("kind")
+    draw = RECORD_FIGURES.get(kind) if isinstance(kind, str) else None
+    if draw is None:
+        run.warnings.append(f"episode_record.json: no figure for records of kind {kind!r}")
+        return None
+    try:
+        fig = draw(record.get("data"), f"the final evaluation's first episode ({kind})")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        run.warnings.append(f"episode_record.json ({kind}): cannot draw it ({type(exc).__name__}: {exc})")
+        return None
+    return _png(fig)
 
 
 def marl_throughput(run: Run) -> bytes | None:

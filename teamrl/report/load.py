@@ -73,6 +73,7 @@ class Run:
     episode_counts: dict[str, int] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
     eval_result: dict[str, Any] | None = None  # MARL eval.json
+    record: dict[str, Any] | None = None  # MARL episode_record.json: an episode as its env recorded it
     warnings: list[str] = field(default_factory=list)
     finished: bool = False
     updated: float = 0.0  # mtime of metrics.jsonl
@@ -342,6 +343,7 @@ def _load_team(run: Run, max_episodes: int) -> None:
 # -- classic MARL runs --------------------------------------------------------------------------
 def _load_marl(run: Run) -> None:
     run.eval_result = _read_json(run.path / "eval.json", run.warnings)
+    run.record = _read_json(run.path / "episode_record.json", run.warnings)
     run.finished = run.eval_result is not None
     agents: list[str] = []
     for row in run.rows:

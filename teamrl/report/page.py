@@ -98,6 +98,13 @@ def marl_charts(run: Run) -> list[Chart]:
                 "per finished episode (info[agent]['episode']): e.g. a world's objectives and what emerged",
                 lambda: F.marl_env(run),
             ),
+            (
+                "record",
+                "A played episode",
+                "the final evaluation's first episode as the env recorded it (the town: who was where, who "
+                "talked to whom)",
+                lambda: F.marl_record(run),
+            ),
             ("throughput", "Agent-steps / s", "training throughput", lambda: F.marl_throughput(run)),
         ],
         run.warnings,

@@ -46,16 +46,24 @@ def timeline_rows(town: Town) -> dict[str, Any]:
 
 def plot_timeline(rows: dict[str, Any], path: str | Path, title: str = "") -> Path:
     """Draw :func:`timeline_rows`' rows to ``path`` (PNG)."""
-    import matplotlib
+    fig = timeline_figure(rows, title)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    return out
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def timeline_figure(rows: dict[str, Any], title: str = "") -> Any:
+    """The matplotlib figure of :func:`timeline_rows`' rows (``teamrl report`` draws a run's day with it; a
+    plain ``Figure``, no pyplot state, so a report server may draw it from any thread)."""
+    from matplotlib.figure import Figure
     from matplotlib.patches import Patch, Rectangle
 
     agents, places = rows["agents"], rows["places"]
     ticks = len(places)
     row_of = {a: i for i, a in enumerate(agents)}
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * ticks + 2), 0.5 * len(agents) + 1.6))
+    fig = Figure(figsize=(max(6.0, 0.32 * ticks + 2), 0.5 * len(agents) + 1.6))
+    ax = fig.subplots()
     ax.axvspan(rows["gathering_from"] - 0.5, max(ticks, rows["horizon"]) - 0.5, color="#fff3d6", zorder=0)
     for t, where in enumerate(places):
         for agent, place in where.items():
@@ -86,8 +94,4 @@ def plot_timeline(rows: dict[str, Any], path: str | Path, title: str = "") -> Pa
     )
     if title:
         ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig

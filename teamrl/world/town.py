@@ -349,6 +349,10 @@ class TownParallelEnv(ParallelEnv):
         if done:
             stats = self.town.stats()
             stats["plausibility"] = self.judge(self.town.transcript())  # the judged objective, per episode
+            from teamrl.world.timeline import timeline_rows  # (it imports this module)
+
+            # the day itself, for `teamrl report` (a record of kind "town_day", drawn as a timeline)
+            infos[agents[0]]["record"] = {"kind": "town_day", "data": timeline_rows(self.town)}
             for a in agents:
                 infos[a]["episode"] = stats
                 rewards[a] += self.plausibility_weight * stats["plausibility"]

@@ -61,6 +61,9 @@ class PettingZooVecEnv:
         first = self.envs[0]
         self.agents: list[str] = list(first.possible_agents)
         self._seed = seed
+        # the record (infos[agent]["record"]) of the first episode to end since reset(): what an env says
+        # about an episode beyond numbers (the town's day), saved by the final evaluation for the report
+        self.first_record: dict[str, Any] | None = None
         raw_spaces = {a: first.observation_space(a) for a in self.agents}
         self._masked = {a: _is_masked(s) for a, s in raw_spaces.items()}
         self._obs_src = {a: s["observation"] if self._masked[a] else s for a, s in raw_spaces.items()}
@@ -121,6 +124,7 @@ class PettingZooVecEnv:
 
     # ----- contract -----
     def reset(self, seed: int | None = None) -> VecStep:
+        self.first_record = None
         if seed is None:
             seed, self._seed = self._seed, None  # the constructor's seed is used once
         for b, (env, s) in enumerate(zip(self.envs, _seeds(seed, self.num_envs), strict=True)):
@@ -151,6 +155,8 @@ class PettingZooVecEnv:
             summary = episode_summary(infos)
             if summary:
                 ended.append(summary)
+            if self.first_record is None:
+                self.first_record = episode_record(infos)
             if final_obs is None:
                 final_obs = {a: np.zeros_like(o) for a, o in self._obs.items()}
                 final_state = np.zeros_like(self._state)
@@ -189,6 +195,17 @@ def episode_summary(infos: Any) -> dict[str, float]:
                 if isinstance(v, int | float | np.number) and not isinstance(v, bool) and np.isfinite(v)
             }
     return {}
+
+
+def episode_record(infos: Any) -> dict[str, Any] | None:
+    """A finished episode's record (``infos[agent]["record"]``, the first agent that has one: a dict with
+    a ``kind`` and JSON ``data``, e.g. the town's day, ``kind: town_day``), for ``teamrl report`` to draw;
+    None when the env reports none."""
+    for info in (infos or {}).values():
+        record = info.get("record") if isinstance(info, dict) else None
+        if isinstance(record, dict) and isinstance(record.get("kind"), str) and "data" in record:
+            return record
+    return None
 
 
 class TurnBasedVecEnv:
