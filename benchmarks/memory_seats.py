@@ -7,7 +7,8 @@ the outer loop alternating in one run). Then the run's trained proposer plays th
 alike) once per memory, the capacity unchanged (4 notes):
 
 - ``archivist_rl``: the archivist as the outer loop left it; ``archivist_sft``: the same seat on its SFT
-  snapshot (what the outer loop changed); ``summariser``: the summarise-everything baseline, an LLM seat
+  snapshot (what the outer loop changed); both sampled at the team's temperature, 0.7 (the archivist
+  samples at 1.5 in training, to explore); ``summariser``: the summarise-everything baseline, an LLM seat
   on the same base that reads each episode and rewrites the whole memory (SFT only);
 - the rules: ``recency`` (what the archivist was taught to imitate), ``fifo``, ``learned`` (the numpy
   scorer of benchmarks/memory_benchmark.py, examples/memory_scorer.json), ``keep_all`` (unbounded) and
@@ -56,6 +57,8 @@ def _arm_config(run_dir: Path, arm: str) -> Any:
     cfg.workflow.memory.policy = policy
     if policy == "learned":
         cfg.workflow.memory.scorer = str(SCORER)
+    # every seat at the team's temperature (0.7): the archivist explores at its own in training only
+    cfg.workflow.roles["archivist"].temperature = None
     return cfg
 
 

@@ -168,6 +168,15 @@ def test_an_adversarial_seat_never_exceeds_the_capacity_and_is_penalised(seat: s
     workflow._seat_turn = spy
     episode, _ = _play(workflow, cfg, scripts)
     assert sizes and max(sizes) <= 3
+    accepted = episode.verifier["accepted"]
+    turns = [j for j, t in enumerate(episode.turns) if t.role == seat]
+    for r, j in enumerate(turns):  # a malformed reply costs memory.invalid_penalty on top of its future
+        future = float(np.mean(accepted[r + 1 : r + 4]))
+        assert episode.attempt_rewards[j] in (pytest.approx(future), pytest.approx(future - 0.1))
+    assert (
+        sum(episode.attempt_rewards[j] < np.mean(accepted[r + 1 : r + 4]) - 0.05 for r, j in enumerate(turns))
+        >= 7
+    )
     assert episode.verifier["memory_invalid"] >= 7  # 7 of the 11 replies cannot parse for either seat
     assert workflow.process_scores(episode)[seat] < 0.5
 
@@ -269,3 +278,18 @@ def test_a_seated_memory_passes_the_conformance_checks(seat: str) -> None:
         {"order": ["proposer", "archivist", "summariser"], "rounds": 4, "memory": {"policy": seat}}
     )
     check_workflow("collaborate", settings)
+
+
+def test_a_seat_samples_and_is_learned_at_its_own_temperature() -> None:
+    from teamrl.config import load_config
+    from teamrl.engine.engine import Engine
+    from teamrl.trainer.build import build_team
+    from teamrl.trainer.learner import Learner
+
+    cfg = load_config(REPO / "examples/collaborate_archivist.yaml", [])
+    team = build_team(cfg, Engine({}), cfg.algorithm.temperature)
+    assert team.seats["archivist"].temperature == 1.5
+    assert team.seats["proposer"].temperature == team.seats["summariser"].temperature == 0.7
+    learner = Learner.__new__(Learner)
+    learner.cfg = cfg
+    assert learner.temperature("archivist") == 1.5 and learner.temperature("proposer") == 0.7

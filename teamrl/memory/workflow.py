@@ -134,6 +134,12 @@ class MemoryConfig(Strict):
         description="a memory seat's turn after episode r is rewarded with the acceptance over episodes "
         "r+1 .. r+horizon of the session (the outer loop's return)",
     )
+    invalid_penalty: float = Field(
+        0.1,
+        ge=0,
+        description="subtracted from a memory seat's turn reward when its reply does not parse or names more "
+        "than the capacity holds",
+    )
     expert: str = Field(
         "recency",
         description="the rule whose choices the archivist's demonstrations follow (one of "
@@ -277,7 +283,7 @@ class Collaborate(Workflow[CollaborateConfig]):
         memory: list[Note] = []
         accepted: list[float] = []
         invalid = seat_invalid = 0
-        seat_turns: dict[int, int] = {}  # turn index -> the episode after which the seat wrote
+        seat_turns: dict[int, tuple[int, bool]] = {}  # turn index -> (the episode after which it wrote, ok)
         for r in range(cfg.rounds):
             candidates = candidates_for(task.seed, task.index, r, cfg.candidates)
             context = {"notes": list(memory), "candidates": candidates, "round": r}
@@ -301,9 +307,10 @@ class Collaborate(Workflow[CollaborateConfig]):
                 )
                 seat_invalid += not ok
                 self._add(episode, written)
-                seat_turns[len(episode.turns) - 1] = r
-        for index, r in seat_turns.items():  # the outer loop's return: acceptance over the next episodes
-            episode.attempt_rewards[index] = float(np.mean(accepted[r + 1 : r + 1 + cfg.memory.horizon]))
+                seat_turns[len(episode.turns) - 1] = (r, ok)
+        for index, (r, ok) in seat_turns.items():  # the outer loop's return: the next episodes' acceptance
+            future = float(np.mean(accepted[r + 1 : r + 1 + cfg.memory.horizon]))
+            episode.attempt_rewards[index] = future - (0.0 if ok else cfg.memory.invalid_penalty)
             episode.attempt_groups[index] = f"memory after episode {r}"
         episode.outcome = float(np.mean(accepted))
         episode.verifier = {

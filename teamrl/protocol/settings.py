@@ -30,6 +30,13 @@ class SeatConfig(Strict):
     adapter: bool = Field(True, description="give the role its own LoRA adapter (False: the bare base model)")
     trainable: bool = Field(True, description="may RL update this role (needs adapter: true)")
     max_new_tokens: int = Field(64, ge=1, le=4096)
+    temperature: float | None = Field(
+        None,
+        gt=0,
+        description="this role's sampling temperature in rollouts and evaluations (null: "
+        "algorithm.temperature); the update takes its log-probs at the same temperature. A role whose "
+        "turns barely vary at the common temperature explores more with a higher one",
+    )
 
 
 class WorkflowSettings(Strict):

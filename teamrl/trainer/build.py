@@ -344,6 +344,6 @@ def build_team(cfg: Config, engine: Engine, temperature: float) -> Team:
             adapter=role if r.adapter else None,
             trainable=r.trainable,
             max_new_tokens=r.max_new_tokens,
-            temperature=temperature,
+            temperature=r.temperature if r.temperature is not None else temperature,
         )
     return Team(seats, engine)

@@ -165,7 +165,7 @@ class Learner:
                     policy, role, items
                 )
             if a.kl_coef > 0:
-                for s, ref in zip(items, self._score(policy, ref_adapter(role), items), strict=True):
+                for s, ref in zip(items, self._score(policy, role, items, ref_adapter(role)), strict=True):
                     s.ref_logprobs = ref
             policy.set_trainable([role])
             policy.model.train()
@@ -211,7 +211,7 @@ class Learner:
                 role,
                 [s.turn.prompt_ids for s in chunk],
                 [s.turn.completion_ids for s in chunk],
-                a.temperature,
+                self.temperature(role),
             )
             width, device = logp.shape[1], logp.device
             out = grpo_loss(
@@ -238,17 +238,25 @@ class Learner:
         agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight
 
     @torch.no_grad()
-    def _score(self, policy: HFPolicy, adapter: str, items: list[_Sample]) -> list[list[float]]:
-        """Log-probs of each turn's completion under ``adapter`` (e.g. the role's frozen SFT snapshot,
-        the KL reference), computed by the learner."""
+    def temperature(self, role: str) -> float:
+        """The temperature ``role`` samples at (its seat's, else the algorithm's): its log-probs' too."""
+        seat = self.cfg.seat(role).temperature
+        return seat if seat is not None else self.cfg.algorithm.temperature
+
+    def _score(
+        self, policy: HFPolicy, role: str, items: list[_Sample], adapter: str | None = None
+    ) -> list[list[float]]:
+        """Log-probs of each of ``role``'s turns' completion under ``adapter`` (default: the role's own;
+        e.g. its frozen SFT snapshot, the KL reference), at the role's temperature, computed by the
+        learner."""
         a = self.cfg.algorithm
         scores: dict[int, list[float]] = {}
         for chunk in micro_batches(list(enumerate(items)), a.micro_batch, a.micro_batch_tokens, _length_of):
             logp, _ = policy.token_logprobs(
-                adapter,
+                adapter if adapter is not None else role,
                 [s.turn.prompt_ids for _, s in chunk],
                 [s.turn.completion_ids for _, s in chunk],
-                a.temperature,
+                self.temperature(role),
             )
             for row, (i, s) in enumerate(chunk):
                 scores[i] = logp[row, : len(s.turn.completion_ids)].tolist()
