@@ -8,8 +8,9 @@ alike) once per memory, the capacity unchanged (4 notes):
 
 - ``archivist_rl``: the archivist as the outer loop left it; ``archivist_sft``: the same seat on its SFT
   snapshot (what the outer loop changed); both sampled at the team's temperature, 0.7 (the archivist
-  samples at 1.5 in training, to explore); ``summariser``: the summarise-everything baseline, an LLM seat
-  on the same base that reads each episode and rewrites the whole memory (SFT only);
+  samples at 1.5 in training, to explore; ``archivist_rl@1.5`` and ``archivist_sft@1.5``: both at 1.5);
+- ``summariser``: the summarise-everything baseline, an LLM seat on the same base that reads each episode
+  and rewrites the whole memory (SFT only);
 - the rules: ``recency`` (what the archivist was taught to imitate), ``fifo``, ``learned`` (the numpy
   scorer of benchmarks/memory_benchmark.py, examples/memory_scorer.json), ``keep_all`` (unbounded) and
   ``none``.
@@ -44,6 +45,7 @@ from teamrl.atomic import atomic_write_text  # noqa: E402
 
 CONFIG = "examples/collaborate_archivist.yaml"
 ARMS = ("archivist_rl", "archivist_sft", "summariser", "recency", "fifo", "learned", "keep_all", "none")
+EXPLORING = ("archivist_rl@1.5", "archivist_sft@1.5")  # the archivist at its training temperature
 MEASURE_FILE = "memory_seats.json"
 SCORER = REPO / "examples" / "memory_scorer.json"
 
@@ -53,12 +55,12 @@ def _arm_config(run_dir: Path, arm: str) -> Any:
 
     cfg = resume_config(run_dir)
     cfg.run.progress = False
-    policy = arm.split("_")[0] if arm.startswith("archivist") else arm
-    cfg.workflow.memory.policy = policy
-    if policy == "learned":
+    policy = "archivist" if arm.startswith("archivist") else arm
+    if policy == "learned":  # (each assignment is validated: the scorer first)
         cfg.workflow.memory.scorer = str(SCORER)
-    # every seat at the team's temperature (0.7): the archivist explores at its own in training only
-    cfg.workflow.roles["archivist"].temperature = None
+    cfg.workflow.memory.policy = policy
+    # every seat at the team's temperature (0.7), unless the arm names the archivist's (@1.5)
+    cfg.workflow.roles["archivist"].temperature = float(arm.split("@")[1]) if "@" in arm else None
     return cfg
 
 
@@ -71,10 +73,10 @@ def measure(run_dir: Path) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     out: dict[str, Any] = {"run_dir": str(run_dir)}
-    for arm in ARMS:
+    for arm in (*ARMS, *EXPLORING):
         trainer = Trainer(_arm_config(run_dir, arm), run_dir, resume=True, read_only=True)
         try:
-            if arm == "archivist_sft":
+            if arm.startswith("archivist_sft"):
                 seat = trainer.team.seats["archivist"]
                 trainer.team.seats["archivist"] = dataclasses.replace(seat, adapter=ref_adapter("archivist"))
             cfg = trainer.cfg
@@ -104,21 +106,28 @@ def measure(run_dir: Path) -> dict[str, Any]:
 
 
 def plan(seeds: list[int], sets: list[str], batch: Path) -> list[lg.Job]:
+    """The base, then per seed its run and its measurement; in a batch directory given again, the runs
+    already finished (summary.json) and measured (memory_seats.json) are not redone."""
     jobs = [lg.Job("build", partial(lg._build_argv, CONFIG, sets), batch / "build.log")]
     for seed in seeds:
         run = batch / f"archivist_s{seed}"
-        train = partial(lg._train_argv, CONFIG, run, seed, sets, lg.COMMON, [])
-        jobs.append(lg.Job(run.name, train, run.with_suffix(".log"), ("build",)))
+        if (run / MEASURE_FILE).exists():
+            continue
+        deps: tuple[str, ...] = ("build",)
+        if not (run / "summary.json").exists():
+            train = partial(lg._train_argv, CONFIG, run, seed, sets, lg.COMMON, [])
+            jobs.append(lg.Job(run.name, train, run.with_suffix(".log"), ("build",)))
+            deps = (run.name,)
         measure_argv = [sys.executable, str(Path(__file__).resolve()), "--measure", str(run)]
         log = batch / f"measure_{run.name}.log"
-        jobs.append(lg.Job(f"measure_{run.name}", partial(list, measure_argv), log, (run.name,)))
+        jobs.append(lg.Job(f"measure_{run.name}", partial(list, measure_argv), log, deps))
     return jobs
 
 
 def collect(batch: Path) -> dict[str, Any]:
     runs = [json.loads(p.read_text()) for p in sorted(batch.glob(f"archivist_s*/{MEASURE_FILE}"))]
     summary: dict[str, Any] = {}
-    for arm in ARMS:
+    for arm in (*ARMS, *EXPLORING):
         summary[arm] = {}
         for key in ("acceptance", "after_drift", "invalid_share", "small_talk_share"):
             values = [float(r[arm][key]) for r in runs if r[arm].get(key) is not None]
@@ -132,8 +141,11 @@ def collect(batch: Path) -> dict[str, Any]:
                 statistics.mean(values),
                 statistics.stdev(values) if len(values) > 1 else 0.0,
             ]
-    lift = [r["archivist_rl"]["acceptance"] - r["archivist_sft"]["acceptance"] for r in runs]
-    summary["outer_loop_lift"] = lift
+    for suffix in ("", "@1.5"):
+        lift = [
+            r[f"archivist_rl{suffix}"]["acceptance"] - r[f"archivist_sft{suffix}"]["acceptance"] for r in runs
+        ]
+        summary[f"outer_loop_lift{suffix}"] = lift
     return {"summary": summary, "runs": runs}
 
 
@@ -171,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], help="config override for every run")
     parser.add_argument("--measure", type=Path, help="measure one finished run (what each seed's job does)")
     parser.add_argument("--collect", type=Path, help="report the measured runs of a batch directory")
+    parser.add_argument("--batch", type=Path, help="go on with a batch directory: what is missing is run")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     if args.measure:
@@ -179,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     start, cpu0 = time.perf_counter(), lg.children_cpu_s()
     batch = args.collect
     if batch is None:
-        batch = REPO / "benchmarks" / "runs" / f"memory_seats-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        stamp = f"memory_seats-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        batch = args.batch or REPO / "benchmarks" / "runs" / stamp
         try:
             lg.run_jobs(plan(args.seeds, args.set, batch), args.jobs)
         except lg.RunFailed as exc:
@@ -199,11 +213,13 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_s": lg.children_cpu_s() - cpu0,
     }
     lg.write_results(args.results, "memory_seats", result, lambda p: plot(result, p))
-    for arm in ARMS:
+    for arm in (*ARMS, *EXPLORING):
         row = result["summary"][arm]
         cells = "  ".join(f"{k} {m:.3f} +- {sd:.3f}" for k, (m, sd) in row.items())
         print(f"{arm:14s} {cells}")
-    print("outer loop lift per seed:", [round(x, 3) for x in result["summary"]["outer_loop_lift"]])
+    for suffix in ("", "@1.5"):
+        lift = result["summary"][f"outer_loop_lift{suffix}"]
+        print(f"outer loop lift per seed{suffix}:", [round(x, 3) for x in lift])
     return 0
 
 
