@@ -133,12 +133,16 @@ def test_the_evaluation_curve_changes_nothing_in_training(tmp_path) -> None:  # 
     [
         (["--resume", "R", "--algo", "ippo"], "--resume continues a run with its own config: drop --algo"),
         (["--algo", "ippo"], "needs --env (or --resume RUN_DIR)"),
-        (["--resume", "QMIX"], "--resume is not supported for qmix yet (it is for ippo, mappo)"),
+        (["--resume", "QMIX"], "--resume is not supported for qmix yet (it is for ippo, maddpg, mappo)"),
     ],
 )
-def test_cli_resume_errors_are_one_clean_line(tmp_path, capsys, args, expected) -> None:  # noqa: ANN001
+def test_cli_resume_errors_are_one_clean_line(tmp_path, capsys, monkeypatch, args, expected) -> None:  # noqa: ANN001
     from teamrl.cli import main
+    from teamrl.marl import qmix as qmix_module
 
+    # every built-in algorithm resumes; one that cannot (a plugin's, say) is refused plainly
+    if "QMIX" in args:
+        monkeypatch.setattr(qmix_module, "RESUMABLE", False)
     qmix = tmp_path / "qmix"
     qmix.mkdir()
     (qmix / "config.yaml").write_text(yaml.safe_dump({"algorithm": "qmix", "env": "simple_spread"}))
@@ -171,3 +175,51 @@ def test_cli_resume(tmp_path, capsys) -> None:  # noqa: ANN001
     assert main(["marl", "train", "--resume", run, "--set", "total_env_steps=400", "--episodes", "4"]) == 0
     assert "ippo on simple_spread" in capsys.readouterr().out
     assert [r["step"] for r in _rows(tmp_path / "r") if "lr" in r] == [200, 400]
+
+
+OFF_POLICY = {
+    "qmix": {"num_envs": 8, "batch_size": 4, "rnn_hidden": 8, "mixing_embed_dim": 8, "hypernet_embed": 8},
+    "maddpg": {"num_envs": 8, "batch_size": 32, "hidden": [8], "learning_starts": 100, "train_every": 50},
+}
+
+
+@pytest.mark.parametrize("algo", sorted(OFF_POLICY))
+def test_an_off_policy_run_resumes_with_its_replay_targets_and_optimizer(tmp_path, algo: str) -> None:  # noqa: ANN001
+    """QMIX and MADDPG: a run trained further continues its replay (the rows it had, unchanged, then new
+    ones), its optimizer's step count and its log; the evaluation maps the checkpoint's replay."""
+    run = tmp_path / "r"
+    sets = {**OFF_POLICY[algo], "log_every": 200, "checkpoint_every": 200}
+    train(algo, "simple_spread", {**sets, "total_env_steps": 400}, run, episodes=4, show_progress=False)
+    first = torch.load(run / "checkpoint.pt", weights_only=False)
+    summary = resume_run(run, {"total_env_steps": 800}, episodes=4, show_progress=False)
+    last = torch.load(run / "checkpoint.pt", weights_only=False)
+    trained = [r["step"] for r in _rows(run) if "agent_steps_per_s" in r]
+    assert summary["train"]["env_steps"] == 800 and trained == [200, 400, 600, 800]
+    n = first["replay"]["size"]
+    assert 0 < n < last["replay"]["size"]
+    for key, saved in first["replay"]["arrays"].items():
+        for a, b in zip(_as_list(saved), _as_list(last["replay"]["arrays"][key]), strict=True):
+            assert torch.equal(a, b[:n]), key
+    opt = "optimizer" if algo == "qmix" else "optimizers"
+
+    def adam_steps(ckpt: dict) -> float:
+        state = ckpt[opt] if algo == "qmix" else ckpt[opt]["critics"][0]
+        return float(next(iter(state["state"].values()))["step"])
+
+    assert adam_steps(last) > adam_steps(first) > 0
+
+
+def _as_list(x):  # noqa: ANN001, ANN202
+    return x if isinstance(x, list) else [x]
+
+
+@pytest.mark.parametrize("algo", sorted(OFF_POLICY))
+def test_an_off_policy_checkpoint_without_its_replay_is_refused(tmp_path, algo: str) -> None:  # noqa: ANN001
+    run = tmp_path / "r"
+    sets = {**OFF_POLICY[algo], "log_every": 200, "checkpoint_every": 200, "total_env_steps": 200}
+    train(algo, "simple_spread", sets, run, episodes=4, show_progress=False)
+    checkpoint = torch.load(run / "checkpoint.pt", weights_only=False)
+    del checkpoint["replay"]
+    torch.save(checkpoint, run / "checkpoint.pt")
+    with pytest.raises(ConfigError, match="has no replay .*can be evaluated, not resumed"):
+        resume_run(run, {"total_env_steps": 400}, show_progress=False)

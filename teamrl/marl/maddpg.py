@@ -39,7 +39,15 @@ from torch import nn
 
 from teamrl.marl.core import VecMultiAgentEnv, VecStep
 from teamrl.marl.nets import mlp
-from teamrl.marl.run import RunContext, episode_metrics
+from teamrl.marl.replay import (
+    ReplayBuffer,
+    buffer_state,
+    check_keys,
+    load_buffer_state,
+    load_rng_state,
+    rng_state,
+)
+from teamrl.marl.run import RunContext, episode_metrics, resume_seed
 
 MASKED_LOGIT = -1e9
 
@@ -164,51 +172,6 @@ class Actor(nn.Module):
         if mask is not None:
             pre = pre.masked_fill(~mask, MASKED_LOGIT)
         return gumbel_softmax(pre, temperature, hard=True, generator=generator)
-
-
-# --------------------------------------------------------------------------------------------- replay
-class ReplayBuffer:
-    """A ring of transitions: per agent obs / next obs / action (one-hot for discrete) / reward, the
-    termination flag, and (when the env masks actions) the masks of both observations, and the
-    global state when the critics use it."""
-
-    def __init__(self, capacity: int, specs: list[AgentSpec], state_dim: int, masked: bool) -> None:
-        self.capacity, self.masked = capacity, masked
-        n = len(specs)
-        self.obs = [np.zeros((capacity, s.obs_dim), np.float32) for s in specs]
-        self.next_obs = [np.zeros((capacity, s.obs_dim), np.float32) for s in specs]
-        self.actions = [np.zeros((capacity, s.act_dim), np.float32) for s in specs]
-        self.masks = [np.ones((capacity, s.act_dim), bool) for s in specs] if masked else []
-        self.next_masks = [np.ones((capacity, s.act_dim), bool) for s in specs] if masked else []
-        self.state = np.zeros((capacity, state_dim), np.float32)
-        self.next_state = np.zeros((capacity, state_dim), np.float32)
-        self.rewards = np.zeros((capacity, n), np.float32)
-        self.terminated = np.zeros(capacity, np.float32)
-        self.size = self.pos = 0
-
-    def add(self, data: dict[str, Any]) -> None:
-        """``data``: the same fields, each batched over copies (``[B, ...]``)."""
-        B = len(data["rewards"])
-        idx = (self.pos + np.arange(B)) % self.capacity
-        for key, value in data.items():
-            target = getattr(self, key)
-            if isinstance(target, list):
-                for arr, v in zip(target, value, strict=True):
-                    arr[idx] = v
-            else:
-                target[idx] = value
-        self.pos = (self.pos + B) % self.capacity
-        self.size = min(self.size + B, self.capacity)
-
-    def sample(self, n: int, rng: np.random.Generator) -> dict[str, Any]:
-        idx = rng.integers(0, self.size, size=n)
-        per_agent = ("obs", "next_obs", "actions", "masks", "next_masks")
-        out: dict[str, Any] = {
-            key: [torch.from_numpy(v[idx]) for v in getattr(self, key)] for key in per_agent
-        }
-        for key in ("state", "next_state", "rewards", "terminated"):
-            out[key] = torch.from_numpy(getattr(self, key)[idx])
-        return out
 
 
 def step_masks(specs: list[AgentSpec], step: VecStep) -> list[torch.Tensor | None]:
@@ -345,20 +308,46 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             "actors": [a.state_dict() for a in actors],
             "critics": [c.state_dict() for c in critics],
             "env_steps": env_steps,
+            # what --resume continues from (RESUME_KEYS): the episodes in play are not kept
+            "targets": {"actors": target_actors.state_dict(), "critics": target_critics.state_dict()},
+            "optimizers": {
+                "actors": [o.state_dict() for o in actor_opts],
+                "critics": [o.state_dict() for o in critic_opts],
+            },
+            "replay": buffer_state(replay),
+            "counters": {"last_train": last_train},
+            "rng": {"numpy": rng_state(rng), "torch": torch.get_rng_state(), "explore": gen.get_state()},
         }
 
-    step = env.reset(seed=cfg.seed)
+    env_steps = last_log = 0
+    last_train = cfg.learning_starts
+    resumed = run.resume
+    step = env.reset(seed=cfg.seed if resumed is None else resume_seed(cfg.seed, int(resumed["env_steps"])))
     masked = step.action_masks is not None
     replay = ReplayBuffer(cfg.buffer_size, specs, env.state_dim if cfg.critic_input == "state" else 0, masked)
+    if resumed is not None:  # networks, targets, optimizers, replay, counters and RNGs; fresh episodes
+        restore_check(resumed)
+        for nets, key in ((actors, "actors"), (critics, "critics")):
+            for net, state in zip(nets, resumed[key], strict=True):
+                net.load_state_dict(state)
+        target_actors.load_state_dict(resumed["targets"]["actors"])
+        target_critics.load_state_dict(resumed["targets"]["critics"])
+        for opts, key in ((actor_opts, "actors"), (critic_opts, "critics")):
+            for opt, state in zip(opts, resumed["optimizers"][key], strict=True):
+                opt.load_state_dict(state)
+        load_buffer_state(replay, resumed["replay"])
+        last_train = int(resumed["counters"]["last_train"])
+        load_rng_state(rng, resumed["rng"]["numpy"])
+        torch.set_rng_state(resumed["rng"]["torch"])
+        gen.set_state(resumed["rng"]["explore"])
+        env_steps = last_log = int(resumed["env_steps"])
     ou_state = [torch.zeros(B, s.act_dim) for s in specs] if cfg.exploration == "ou" else None
     ep_return = np.zeros((B, n_agents))
     ep_length = np.zeros(B, dtype=np.int64)
     finished_returns: list[np.ndarray] = []
     finished_lengths: list[np.ndarray] = []
     stats: dict[str, list[float]] = {"critic_loss": [], "actor_loss": [], "q_mean": []}
-    env_steps = last_log = 0
-    last_train = cfg.learning_starts
-    start = time.perf_counter()
+    start, first_steps = time.perf_counter(), env_steps
 
     while env_steps < cfg.total_env_steps:
         # ---- act and store
@@ -426,13 +415,24 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         if env_steps - last_log >= cfg.log_every or env_steps >= cfg.total_env_steps:
             last_log = env_steps
             metrics = {k: float(np.mean(v)) for k, v in stats.items() if v}
-            metrics["agent_steps_per_s"] = env_steps * n_agents / (time.perf_counter() - start)
+            metrics["agent_steps_per_s"] = (
+                (env_steps - first_steps) * n_agents / (time.perf_counter() - start)
+            )
             metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
             stats = {k: [] for k in stats}
             run.log(env_steps, metrics)
         run.after_update(env_steps, cfg.checkpoint_every, partial(checkpoint, env_steps))
 
     return run.finish(env, checkpoint(env_steps), env_steps, start)
+
+
+RESUMABLE = True  # teamrl marl train --resume
+RESUME_KEYS = ("targets", "optimizers", "replay", "counters", "rng")
+
+
+def restore_check(checkpoint: dict[str, Any]) -> None:
+    """ValueError unless ``checkpoint`` can be resumed from."""
+    check_keys(checkpoint, RESUME_KEYS)
 
 
 def make_actor(

@@ -54,7 +54,8 @@ from teamrl.marl.ppo_nets import (  # re-exported: the networks and groups are p
     make_groups,
     reset_where,
 )
-from teamrl.marl.run import RunContext, episode_metrics, info_metrics
+from teamrl.marl.replay import check_keys
+from teamrl.marl.run import RunContext, episode_metrics, info_metrics, resume_seed
 
 __all__ = [
     "ACTIVATIONS",
@@ -495,20 +496,10 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
 RESUMABLE = True  # teamrl marl train --resume
 
 
-def resume_seed(seed: int, env_steps: int) -> int:
-    """The env seed of a run resumed at ``env_steps``: new episodes, not a replay of the first ones."""
-    return (seed * 1_000_003 + env_steps) % 2**31
-
-
 def restore_check(checkpoint: dict[str, Any]) -> None:
     """ValueError unless ``checkpoint`` can be resumed from (one written before resuming was possible has
     no optimizer)."""
-    missing = [k for k in ("optimizer", "iteration", "torch_rng") if k not in checkpoint]
-    if missing:
-        raise ValueError(
-            f"the checkpoint has no {', '.join(missing)} (written by an older teamrl): it can be evaluated, "
-            "not resumed"
-        )
+    check_keys(checkpoint, ("optimizer", "iteration", "torch_rng"))
 
 
 def restore(

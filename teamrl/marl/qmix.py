@@ -41,7 +41,15 @@ from torch import nn
 
 from teamrl.marl.core import VecMultiAgentEnv, VecStep
 from teamrl.marl.nets import RunningMeanStd
-from teamrl.marl.run import RunContext, episode_metrics
+from teamrl.marl.replay import (
+    EpisodeBuffer,
+    buffer_state,
+    check_keys,
+    load_buffer_state,
+    load_rng_state,
+    rng_state,
+)
+from teamrl.marl.run import RunContext, episode_metrics, resume_seed
 
 MASKED_Q = -1e9
 
@@ -326,53 +334,6 @@ def group_masks(g: Group, step: VecStep, final: bool = False) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------- replay
-class EpisodeBuffer:
-    """Whole episodes padded to ``T`` steps: per group ``obs [N, T+1, k, d]``, ``actions [N, T, k]``,
-    ``masks [N, T+1, k, A]``; shared ``state [N, T+1, S]``, ``reward``/``terminated``/``filled [N, T]``.
-    Step ``t`` of an episode of length ``L`` is valid for ``t < L``; ``obs[:, L]`` is its last observation."""
-
-    def __init__(self, capacity: int, T: int, groups: list[Group], state_dim: int) -> None:
-        self.capacity, self.T = capacity, T
-        self.obs = [np.zeros((capacity, T + 1, g.k, g.obs_dim), np.float32) for g in groups]
-        self.actions = [np.zeros((capacity, T, g.k), np.int64) for g in groups]
-        self.masks = [np.ones((capacity, T + 1, g.k, g.n_actions), bool) for g in groups]
-        self.state = np.zeros((capacity, T + 1, state_dim), np.float32)
-        self.reward = np.zeros((capacity, T), np.float32)
-        self.terminated = np.zeros((capacity, T), bool)
-        self.filled = np.zeros((capacity, T), bool)
-        self.size = self.pos = 0
-
-    def fields(self) -> list[np.ndarray]:
-        return [*self.obs, *self.actions, *self.masks, self.state, self.reward, self.terminated, self.filled]
-
-    def clear_rows(self, rows: np.ndarray) -> None:
-        for arr in self.fields():
-            arr[rows] = 0
-        for masks in self.masks:
-            masks[rows] = True
-
-    def add(self, other: EpisodeBuffer, rows: np.ndarray) -> None:
-        """Copy episodes ``rows`` of a staging buffer into the ring."""
-        for r in rows:
-            for dst, src in zip(self.fields(), other.fields(), strict=True):
-                dst[self.pos] = src[r]
-            self.pos = (self.pos + 1) % self.capacity
-            self.size = min(self.size + 1, self.capacity)
-
-    def sample(self, n: int, rng: np.random.Generator) -> dict[str, Any]:
-        idx = rng.integers(0, self.size, size=n)
-        L = max(1, int(self.filled[idx].sum(1).max()))  # the longest episode in the batch
-        return {
-            "obs": [torch.from_numpy(o[idx, : L + 1]) for o in self.obs],
-            "actions": [torch.from_numpy(a[idx, :L]) for a in self.actions],
-            "masks": [torch.from_numpy(m[idx, : L + 1]) for m in self.masks],
-            "state": torch.from_numpy(self.state[idx, : L + 1]),
-            "reward": torch.from_numpy(self.reward[idx, :L]),
-            "terminated": torch.from_numpy(self.terminated[idx, :L]),
-            "filled": torch.from_numpy(self.filled[idx, :L]),
-        }
-
-
 # ---------------------------------------------------------------------------------------------- learn
 def unroll(g: Group, cfg: Config, net: RNNAgent, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """Q values ``[B, L+1, k, A]`` over padded episodes ``obs [B, L+1, k, d]``, ``actions [B, L, k]``,
@@ -456,6 +417,13 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             "agent_nets": [n.state_dict() for n in nets],
             "mixer": mixer.state_dict(),
             "env_steps": env_steps,
+            # what --resume continues from (RESUME_KEYS): the episodes in play are not kept
+            "targets": {"nets": target_nets.state_dict(), "mixer": target_mixer.state_dict()},
+            "optimizer": optimizer.state_dict(),
+            "replay": buffer_state(replay),
+            "counters": {"episodes": episodes, "last_target_copy": last_target_copy, "credit": update_credit},
+            "reward_stats": reward_stats.state_dict(),
+            "rng": {"numpy": rng_state(rng), "torch": torch.get_rng_state(), "actor": actor.gen.get_state()},
         }
 
     replay = EpisodeBuffer(cfg.buffer_episodes, T, groups, env.state_dim)
@@ -473,7 +441,31 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             stage.masks[i][rows, t_ep[rows]] = group_masks(g, step, final).numpy()[rows]
         stage.state[rows, t_ep[rows]] = state[rows]
 
-    step = env.reset(seed=cfg.seed)
+    env_steps = episodes = last_log = last_target_copy = 0
+    update_credit = 0.0
+    reward_stats = RunningMeanStd()  # of the (scaled) team reward, for standardise_rewards
+    if run.resume is not None:  # networks, targets, optimizer, replay, counters and RNGs; fresh episodes
+        r = run.resume
+        restore_check(r)
+        for net, state in zip(nets, r["agent_nets"], strict=True):
+            net.load_state_dict(state)
+        mixer.load_state_dict(r["mixer"])
+        target_nets.load_state_dict(r["targets"]["nets"])
+        target_mixer.load_state_dict(r["targets"]["mixer"])
+        optimizer.load_state_dict(r["optimizer"])
+        load_buffer_state(replay, r["replay"])
+        c = r["counters"]
+        episodes, last_target_copy, update_credit = (
+            int(c["episodes"]),
+            int(c["last_target_copy"]),
+            c["credit"],
+        )
+        reward_stats.load_state_dict(r["reward_stats"])
+        load_rng_state(rng, r["rng"]["numpy"])
+        torch.set_rng_state(r["rng"]["torch"])
+        actor.gen.set_state(r["rng"]["actor"])
+        env_steps = last_log = int(r["env_steps"])
+    step = env.reset(seed=cfg.seed if run.resume is None else resume_seed(cfg.seed, env_steps))
     all_rows = np.arange(B)
     stage_obs(step, all_rows, final=False)
     ep_return = np.zeros((B, n_agents))
@@ -481,10 +473,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     finished_returns: list[np.ndarray] = []
     finished_lengths: list[np.ndarray] = []
     stats: dict[str, list[float]] = {"loss": [], "q_taken_mean": [], "target_mean": [], "grad_norm": []}
-    env_steps = episodes = last_log = last_target_copy = 0
-    update_credit = 0.0
-    reward_stats = RunningMeanStd()  # of the (scaled) team reward, for standardise_rewards
-    start = time.perf_counter()
+    start, first_steps = time.perf_counter(), env_steps
 
     while env_steps < cfg.total_env_steps:
         # ---- act and store
@@ -557,13 +546,24 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
             metrics = {k: float(np.mean(v)) for k, v in stats.items() if v}
             metrics["epsilon"] = epsilon
             metrics["episodes"] = episodes
-            metrics["agent_steps_per_s"] = env_steps * n_agents / (time.perf_counter() - start)
+            metrics["agent_steps_per_s"] = (
+                (env_steps - first_steps) * n_agents / (time.perf_counter() - start)
+            )
             metrics.update(episode_metrics(finished_returns, finished_lengths, env.agents))
             stats = {k: [] for k in stats}
             run.log(env_steps, metrics)
         run.after_update(env_steps, cfg.checkpoint_every, partial(checkpoint, env_steps))
 
     return {**run.finish(env, checkpoint(env_steps), env_steps, start), "episodes": episodes}
+
+
+RESUMABLE = True  # teamrl marl train --resume
+RESUME_KEYS = ("targets", "optimizer", "replay", "counters", "reward_stats", "rng")
+
+
+def restore_check(checkpoint: dict[str, Any]) -> None:
+    """ValueError unless ``checkpoint`` can be resumed from."""
+    check_keys(checkpoint, RESUME_KEYS)
 
 
 def make_actor(

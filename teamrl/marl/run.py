@@ -182,6 +182,11 @@ class RunContext:
             plot_env_curves(self.history, self.run_dir / "env_curves.png")
 
 
+def resume_seed(seed: int, env_steps: int) -> int:
+    """The env seed of a run resumed at ``env_steps``: new episodes, not a replay of the first ones."""
+    return (seed * 1_000_003 + env_steps) % 2**31
+
+
 def save_torch(obj: Any, path: Path) -> None:
     """``torch.save`` to a temp file beside ``path``, then rename: a crash keeps the previous file."""
     import torch

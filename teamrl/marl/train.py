@@ -363,7 +363,7 @@ def evaluate_run(
     resolved, ckpt_path = read_run(run_dir, FileNotFoundError)
     module, _ = algorithm(resolved["algorithm"])
     torch.set_num_threads(int(resolved["config"].get("threads", 1)))
-    checkpoint = torch.load(ckpt_path, weights_only=False)
+    checkpoint = torch.load(ckpt_path, weights_only=False, mmap=True)  # a replay in it is mapped, not read
     actor = module.make_actor(checkpoint, deterministic=True)
     env = make_env_factory(resolved["env"], resolved["env_kwargs"])(min(episodes, 256), EVAL_SEED)
     try:
