@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -253,12 +254,17 @@ def test_the_two_loops_alternate_in_one_run_and_resume(
 
     monkeypatch.setenv(faults.ENV, "checkpoint_renamed:2:INT")  # after SFT's checkpoint and one RL step's
     monkeypatch.setattr(faults, "_hits", {})
+    # Ctrl-C as in a terminal: a suite started in the background (nohup, `&`) inherits SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     trainer = Trainer(cfg, tmp_path / "cut")
-    with pytest.raises(KeyboardInterrupt):
-        try:
-            trainer.fit()
-        finally:
-            trainer.close()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                trainer.fit()
+            finally:
+                trainer.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     monkeypatch.delenv(faults.ENV)
     assert len(_phases(tmp_path / "cut")) < len(whole)
     trainer = Trainer(cfg, tmp_path / "cut", resume=True)
