@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect", type=Path, help="report the measured runs of a batch directory")
     parser.add_argument("--batch", type=Path, help="go on with a batch directory: what is missing is run")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--name", default="memory_seats", help="the results' file stem")
     args = parser.parse_args(argv)
     if args.measure:
         measure(args.measure)
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.perf_counter() - start,
         "cpu_s": lg.children_cpu_s() - cpu0,
     }
-    lg.write_results(args.results, "memory_seats", result, lambda p: plot(result, p))
+    lg.write_results(args.results, args.name, result, lambda p: plot(result, p))
     for arm in (*ARMS, *EXPLORING):
         row = result["summary"][arm]
         cells = "  ".join(f"{k} {m:.3f} +- {sd:.3f}" for k, (m, sd) in row.items())
