@@ -299,3 +299,25 @@ def test_a_seat_samples_and_is_learned_at_its_own_temperature() -> None:
     learner = Learner.__new__(Learner)
     learner.cfg = cfg
     assert learner.temperature("archivist") == 1.5 and learner.temperature("proposer") == 0.7
+
+
+def test_the_learner_scores_a_role_at_its_temperature_without_a_graph() -> None:
+    """Reference and behaviour log-probs are scored at the role's own temperature, under no_grad."""
+    import torch
+
+    from teamrl.config import load_config
+    from teamrl.protocol import Turn
+    from teamrl.trainer.learner import Learner, _Sample
+
+    calls: list[tuple[str, float, bool]] = []
+
+    class Policy:
+        def token_logprobs(self, adapter, prompts, completions, temperature):  # noqa: ANN001, ANN202
+            calls.append((adapter, temperature, torch.is_grad_enabled()))
+            return torch.zeros(len(completions), max(map(len, completions))), None
+
+    learner = Learner.__new__(Learner)
+    learner.cfg = load_config(REPO / "examples/collaborate_archivist.yaml", [])
+    turn = Turn(role="archivist", round=0, prompt="p", text="t", prompt_ids=[1, 2], completion_ids=[3, 4])
+    scores = learner._score(Policy(), "archivist", [_Sample(turn, 1.0, [0.0, 0.0])], "ref_archivist")  # type: ignore[arg-type]
+    assert scores == [[0.0, 0.0]] and calls == [("ref_archivist", 1.5, False)]

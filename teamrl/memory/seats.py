@@ -50,7 +50,7 @@ def archivist_prompt(pool: list[Note], new: Note | None, round_: int, capacity: 
             "new" if new is not None and n.key() == new.key() and n.count == 1 else f"{round_ - n.last} ago"
         )
         lines.append(f"{i + 1}. {n.text} ({', '.join(tags)})")
-    listed = "\n".join(lines) or "(nothing)"
+    listed = "\n".join(lines) or NOTHING
     return f"### archivist: Keep at most {_limit(capacity)}. Reply KEEP: <numbers>.\nnotes:\n{listed}\n"
 
 

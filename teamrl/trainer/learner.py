@@ -237,12 +237,12 @@ class Learner:
         opt.step()
         agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight
 
-    @torch.no_grad()
     def temperature(self, role: str) -> float:
         """The temperature ``role`` samples at (its seat's, else the algorithm's): its log-probs' too."""
         seat = self.cfg.seat(role).temperature
         return seat if seat is not None else self.cfg.algorithm.temperature
 
+    @torch.no_grad()
     def _score(
         self, policy: HFPolicy, role: str, items: list[_Sample], adapter: str | None = None
     ) -> list[list[float]]:
