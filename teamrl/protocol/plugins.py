@@ -26,6 +26,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "test_driven": "teamrl.workflows.test_driven:TDD",
         "repo_fix": "teamrl.workflows.repo_fix:RepoFix",
         "collaborate": "teamrl.memory.workflow:Collaborate",
+        "town": "teamrl.world.workflow:TownWorkflow",
     },
     "task suite": {
         "programming": "teamrl.tasks.suites:ProgrammingSuite",
@@ -33,6 +34,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "humaneval": "teamrl.tasks.suites:HumanEvalSuite",
         "repo": "teamrl.tasks.repos:RepoSuite",
         "collaborators": "teamrl.memory.workflow:CollaboratorSuite",
+        "towns": "teamrl.world.workflow:TownSuite",
     },
     "reward function": {
         "hybrid": "teamrl.rewards.functions:hybrid",

@@ -12,6 +12,11 @@ behaviour. A judge is never a policy being trained; it is checked against a fixe
   the mean anchor score moved by more than ``threshold``, or the AUC fell by more than ``threshold``.
 * :func:`agreement`: two judges on the same transcripts: rank correlation (Spearman) and mean absolute
   difference, reported beside the judged objective.
+* :class:`ModelJudge`: a frozen causal language model asked whether a transcript is plausible; its score is
+  P(yes) / (P(yes) + P(no)) of the next token after the prompt. It is loaded in eval mode with gradients
+  off and never trained, so the monitor's drift check covers it like any other judge.
+* :func:`make_judge`: a judge by name: ``rule``, ``rule_noisy`` (a second, imperfect rule judge) or the
+  directory of a causal LM checkpoint (a :class:`ModelJudge`).
 
 :func:`make_anchors` builds the anchor set from the town itself: good transcripts are episodes of the
 scripted agents (each follows its plan), bad ones episodes of random agents and of chatterers (two agents
@@ -26,15 +31,24 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from teamrl.world.town import PLACES, TOPICS, Action, Town, scripted_action
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 Judge = Callable[[str], float]  # transcript -> plausibility in [0, 1]
 ANCHORS = Path(__file__).with_name("anchors.json")
 _TALK = re.compile(r"^t=(\d+) (\S+) at the \S+ talks to (\S+) about (\S+)$")
+JUDGE_CHOICES = "rule, rule_noisy, or a directory of a causal LM checkpoint"
+DEFAULT_PROMPT = (
+    "Below is a day in a small town, one line per action of a person.\n\n{transcript}\n\n"
+    "Question: does this read like the plausible social behaviour of real people? Answer yes or no.\n"
+    "Answer:"
+)
 
 
 @dataclass
@@ -77,6 +91,107 @@ class RuleJudge:
             rng = random.Random(f"{self.seed}:{transcript}")
             score += rng.gauss(0.0, self.noise)
         return float(min(1.0, max(0.0, score)))
+
+
+class ModelJudge:
+    """A frozen causal LM as a judge (see the module); the judge is never a policy being trained.
+
+    ``model``: a checkpoint directory (or hub name) for ``from_pretrained``, or a built (model, tokenizer)
+    pair, which is frozen in place. ``prompt`` holds ``{transcript}``; a transcript longer than
+    ``max_tokens`` tokens keeps its last ``max_tokens``, so the question after it stays. Scores are cached
+    per transcript.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | tuple[PreTrainedModel, PreTrainedTokenizerBase],
+        prompt: str = DEFAULT_PROMPT,
+        yes: str = " yes",
+        no: str = " no",
+        max_tokens: int = 512,
+        device: str = "cpu",
+    ) -> None:
+        try:
+            prompt.format(transcript="")
+            ok = "{transcript}" in prompt
+        except (KeyError, IndexError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"the judge's prompt must contain {{transcript}} and no other field, got {prompt!r}"
+            )
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if isinstance(model, tuple):
+            self.model, self.tokenizer = model
+        else:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            self.model = AutoModelForCausalLM.from_pretrained(model)
+            self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.model.to(device)  # type: ignore[arg-type]  # transformers' stub of the wrapped .to wants the model
+        self.model.eval().requires_grad_(False)
+        self.prompt, self.max_tokens, self.device = prompt, max_tokens, device
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(positions, int):  # the prompt around the transcript must fit the model's positions too
+            frame = len(self.tokenizer(prompt.format(transcript=""))["input_ids"])
+            if positions - frame < 1:
+                raise ValueError(
+                    f"the judge's prompt takes {frame} tokens, more than the model's {positions} positions"
+                )
+            self.max_tokens = min(max_tokens, positions - frame)
+        self.yes_id, self.no_id = self._first_id(yes), self._first_id(no)
+        if self.yes_id == self.no_id:
+            raise ValueError(
+                f"yes={yes!r} and no={no!r} begin with the same token (id {self.yes_id}) under the judge's "
+                "tokenizer, so it could not tell them apart: choose answers whose first tokens differ"
+            )
+        self.cache: dict[str, float] = {}
+
+    def _first_id(self, word: str) -> int:
+        ids = self.tokenizer(word, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ValueError(f"the answer {word!r} encodes to no token")
+        return int(ids[0])
+
+    def _tail(self, transcript: str) -> str:
+        """The end of ``transcript`` that fits in ``max_tokens`` tokens."""
+        tok = self.tokenizer
+        while True:
+            enc = tok(transcript, add_special_tokens=False, return_offsets_mapping=tok.is_fast)
+            ids = enc["input_ids"]
+            if len(ids) <= self.max_tokens:
+                return transcript
+            if not tok.is_fast:  # no character offsets: decode the kept tokens
+                return str(tok.decode(ids[-self.max_tokens :]))
+            # a cut inside a word may tokenize into more pieces than before, hence the loop
+            transcript = transcript[max(1, enc["offset_mapping"][-self.max_tokens][0]) :]
+
+    def prompt_for(self, transcript: str) -> str:
+        """The prompt the model reads for ``transcript`` (its end, if too long)."""
+        return self.prompt.format(transcript=self._tail(transcript))
+
+    def __call__(self, transcript: str) -> float:
+        if transcript not in self.cache:
+            import torch
+
+            inputs = self.tokenizer(self.prompt_for(transcript), return_tensors="pt").to(self.device)
+            with torch.no_grad():
+                logits = self.model(**inputs).logits[0, -1]
+            pair = logits[[self.yes_id, self.no_id]].float()
+            self.cache[transcript] = float(torch.softmax(pair, dim=0)[0])  # = P(yes) / (P(yes) + P(no))
+        return self.cache[transcript]
+
+
+def make_judge(spec: str, seed: int = 0) -> Judge:
+    """``rule``, ``rule_noisy`` (a second, imperfect judge) or a checkpoint directory (a ModelJudge)."""
+    if spec == "rule":
+        return RuleJudge()
+    if spec == "rule_noisy":
+        return RuleJudge(noise=0.1, seed=seed + 1)
+    if not Path(spec).is_dir():
+        raise ValueError(f"judge {spec!r}: no such judge or directory; choose {JUDGE_CHOICES}")
+    return ModelJudge(spec)
 
 
 @dataclass
