@@ -159,6 +159,32 @@ def plot(result: dict[str, Any], path: Path) -> None:
     lg.save_figure(fig, path, 110)
 
 
+def draw_days(batch: Path, results: Path, stem: str) -> list[str]:
+    """The first held-out town's day as the lowest seed's agents lived it after SFT and after RL
+    (``<stem>_day_after_sft.png``, ``<stem>_day_after_rl.png``), from the transcripts the run kept."""
+    from teamrl.world.timeline import plot_timeline, rows_from_transcript
+
+    runs = sorted(batch.glob("town_s*/episodes"), key=lambda p: int(p.parent.name.removeprefix("town_s")))
+    if not runs:
+        return []
+    out = []
+    for stage in STAGES:
+        path = runs[0] / f"eval_{stage}.jsonl"
+        if not path.exists():
+            continue
+        episode = json.loads(path.read_text().splitlines()[0])
+        v = episode["verifier"]
+        rows = rows_from_transcript(v["transcript"])
+        title = (
+            f"{stage.replace('_', ' ')} ({runs[0].parent.name}): {episode['task_id']}, goals "
+            f"{v['goals_achieved']:.2f}, gathering {v['shared_achieved']:.2f}"
+        )
+        png = results / f"{stem}_day_{stage}.png"
+        plot_timeline(rows, png, title)
+        out.append(str(png))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -195,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.perf_counter() - start,
         "cpu_s": lg.children_cpu_s() - cpu0,
     }
+    result["days"] = draw_days(batch, args.results, args.name)
     lg.write_results(args.results, args.name, result, lambda p: plot(result, p))
     s = result["summary"]
     print(f"{'':24s} {'after SFT':>16s} {'after RL':>16s} {'scripted':>9s}")

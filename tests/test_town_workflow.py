@@ -224,3 +224,19 @@ def test_the_workflow_keeps_the_protocol() -> None:
     from teamrl.testing import check_workflow
 
     check_workflow("town", TownConfig(agents=3, horizon=4))
+
+
+def test_a_day_reads_back_from_its_transcript() -> None:
+    """An LLM day is drawn from the transcript its episode keeps: the same rows as the town's own."""
+    from teamrl.world.timeline import rows_from_transcript, timeline_rows
+    from teamrl.world.town import scripted_action
+
+    town = Town(5, 8, seed=2)
+    rng = np.random.default_rng(0)
+    while not town.over:
+        actions = {a: scripted_action(town, a, rng) for a in town.agents}
+        actions["agent_4"] = Action("use", obj="book")  # some actions that cannot happen
+        town.step(actions)
+    assert rows_from_transcript(town.transcript(), town.horizon) == timeline_rows(town)
+    with pytest.raises(ValueError, match="not a line"):
+        rows_from_transcript("hello\nworld")

@@ -9,6 +9,7 @@ book); the ticks in which the gathering can happen are shaded.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,46 @@ def timeline_rows(town: Town) -> dict[str, Any]:
         "talks": [list(x) for x in town.talks],
         "taken": [list(x) for x in taken],
         "gathering_from": town.horizon // 2,
+    }
+
+
+_LINE = re.compile(r"^t=(\d+) (\S+) at the (\S+) (.+?)( \(cannot\))?$")
+
+
+def rows_from_transcript(transcript: str, horizon: int | None = None) -> dict[str, Any]:
+    """:func:`timeline_rows`' rows read back from a day's transcript (:meth:`Town.transcript`, what an
+    episode keeps): where each agent stood at each tick, the conversations and the objects taken that
+    happened (lines without "(cannot)"). ValueError for text that is not a transcript."""
+    places: dict[int, dict[str, str]] = {}
+    talks: list[list[Any]] = []
+    taken: list[list[Any]] = []
+    for line in transcript.splitlines():
+        if not line.strip():
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            raise ValueError(f"not a line of a town transcript: {line[:80]!r}")
+        t, agent, place, what, cannot = int(m[1]), m[2], m[3], m[4], m[5]
+        places.setdefault(t, {})[agent] = place
+        if cannot:
+            continue
+        if what.startswith("talks to "):
+            to, _, topic = what.removeprefix("talks to ").partition(" about ")
+            talks.append([t, agent, to, topic])
+        elif what.startswith("takes the "):
+            taken.append([t, agent, what.removeprefix("takes the ")])
+    if not places:
+        raise ValueError("an empty transcript")
+    agents = sorted({a for where in places.values() for a in where}, key=lambda a: (len(a), a))
+    ticks = max(places) + 1
+    day = horizon or ticks
+    return {
+        "agents": agents,
+        "horizon": day,
+        "places": [places.get(t, {}) for t in range(ticks)],
+        "talks": talks,
+        "taken": taken,
+        "gathering_from": day // 2,
     }
 
 
