@@ -538,6 +538,31 @@ def test_a_self_play_run_gets_its_game_figure(tmp_path):
     assert ">Self-play<" in result.index.read_text()
 
 
+def test_what_a_workflow_reports_is_drawn_for_a_team_run(tmp_path):
+    """A workflow's own figures (``rollout/<name>/<key>``, e.g. the town's objectives) get one chart of small
+    curves with the held-out evaluations; the trainer's per-role figures are not among them."""
+    from teamrl.report.page import team_charts
+
+    run_dir = make_team_run(tmp_path / "runs" / "TOWN", iterations=3)
+    assert "workflow" not in [c.key for c in team_charts(load_run(run_dir))]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        if "phase" in r:
+            r["rollout/town/plausibility"] = 0.6 + 0.01 * r["step"]
+            r["rollout/town/conversations_per_agent"] = 4.0 + r["step"]
+        if "eval/solved" in r:
+            r["eval/town/plausibility"] = 0.65
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(run_dir)
+    charts = {c.key: c for c in team_charts(run)}
+    assert "workflow" in charts and charts["workflow"].png[:8] == b"\x89PNG\r\n\x1a\n"
+    keys = sorted({k for r in run.rl_rows for k in r if k.startswith("rollout/") and k.count("/") >= 2})
+    assert "rollout/town/plausibility" in keys and any(k.startswith("rollout/reward/") for k in keys)
+    out = tmp_path / "report"
+    result = write_report([run_dir], out)
+    assert result.warnings == [] and _figures(out) == TEAM_FIGURES | {"workflow"}
+
+
 def test_what_the_env_reports_is_drawn_for_a_marl_run(tmp_path):
     """``env/<key>`` rows (an env's ``info[agent]["episode"]``, e.g. a world's objectives) get one chart of
     small curves; a run without them gets none."""

@@ -202,6 +202,25 @@ def team_self_play(run: Run) -> bytes | None:
     return _png(fig)
 
 
+# rollout figures drawn elsewhere: the trainer's per-role ones and a self-play game's (its own chart)
+OWN_CHARTS = ("reward", "process", "format_error", "selfplay")
+
+
+def team_workflow(run: Run) -> bytes | None:
+    """What the workflow reports under a name of its own (``rollout/<name>/<key>`` of its ``metrics``: the
+    town's objectives and what emerged, a game's figures): one small curve per key over RL iterations, the
+    held-out evaluations as red dots; at most :data:`MAX_ENV_PANELS`, the first in name order."""
+    keys = sorted(
+        {
+            k
+            for r in run.rl_rows
+            for k in r
+            if k.startswith("rollout/") and k.count("/") >= 2 and k.split("/")[1] not in OWN_CHARTS
+        }
+    )
+    return _panels(run, keys, limit=MAX_ENV_PANELS, prefix="rollout/", xlabel="RL iteration")
+
+
 def team_rewards(run: Run) -> bytes | None:
     rl = run.rl_rows
     roles = [
@@ -416,9 +435,12 @@ def marl_return(run: Run) -> bytes | None:
     return _png(fig)
 
 
-def _panels(run: Run, keys: list[str], limit: int = 4, prefix: str = "") -> bytes | None:
+def _panels(
+    run: Run, keys: list[str], limit: int = 4, prefix: str = "", xlabel: str = "environment steps"
+) -> bytes | None:
     """One small curve per key of ``keys`` that the run logged (the first ``limit``), four to a row; each
-    titled by its key without ``prefix``."""
+    titled by its key without ``prefix``; a team run's held-out evaluations of the same figure
+    (``eval/`` for ``rollout/``) as red dots."""
     keys = [k for k in keys if has(run.rows, k)][:limit]
     if not keys:
         return None
@@ -432,8 +454,12 @@ def _panels(run: Run, keys: list[str], limit: int = 4, prefix: str = "") -> byte
         rows = [r for r in run.rows if key in r]
         xs, ys = series(rows, key)
         _noisy_line(ax, xs, ys, PALETTE[i % len(PALETTE)], key)
+        held = "eval/" + key.removeprefix("rollout/") if key.startswith("rollout/") else None
+        points = [(e.step, e.metrics[held]) for e in run.evals if held and held in e.metrics]
+        if points:
+            ax.plot(*zip(*points, strict=True), "o", color="#d62728", ms=4, label="held-out")
         ax.set_title(key.removeprefix(prefix), fontsize=9)
-        ax.set_xlabel("environment steps", fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=8)
         ax.tick_params(labelsize=7)
     return _png(fig)
 

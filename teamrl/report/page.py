@@ -63,6 +63,13 @@ def team_charts(run: Run) -> list[Chart]:
                 "the game's held-out figures; proposer_solver: the training proposals' difficulty",
                 lambda: F.team_self_play(run),
             ),
+            (
+                "workflow",
+                "What the workflow reports",
+                "its own figures in training rollouts (held-out evaluations red): e.g. the town's objectives "
+                "and what emerged",
+                lambda: F.team_workflow(run),
+            ),
             ("kl", "KL", "each trained role's KL to its SFT snapshot", lambda: F.team_kl(run)),
             ("loss", "Policy loss", "clipped-surrogate loss of each trained role", lambda: F.team_loss(run)),
             ("throughput", "Tokens / s", "rollout generation throughput", lambda: F.team_throughput(run)),
