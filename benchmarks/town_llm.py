@@ -181,7 +181,7 @@ def draw_days(batch: Path, results: Path, stem: str) -> list[str]:
         )
         png = results / f"{stem}_day_{stage}.png"
         plot_timeline(rows, png, title)
-        out.append(str(png))
+        out.append(png.name)
     return out
 
 
