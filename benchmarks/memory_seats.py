@@ -26,13 +26,10 @@ of malformed seat replies, and the share of the final memory that is small talk 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import os
 import statistics
 import sys
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import learning_gain as lg  # noqa: E402  (job runner)
+from benchmarks.seeded_batch import batch_parser, run_batch  # noqa: E402
 from teamrl.atomic import atomic_write_text  # noqa: E402
 
 CONFIG = "examples/collaborate_archivist.yaml"
@@ -175,44 +173,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--set", action="append", default=[], help="config override for every run")
+    parser = batch_parser(__doc__ or "", "memory_seats")
     parser.add_argument("--measure", type=Path, help="measure one finished run (what each seed's job does)")
-    parser.add_argument("--collect", type=Path, help="report the measured runs of a batch directory")
-    parser.add_argument("--batch", type=Path, help="go on with a batch directory: what is missing is run")
-    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--name", default="memory_seats", help="the results' file stem")
     args = parser.parse_args(argv)
     if args.measure:
         measure(args.measure)
         return 0
-    start, cpu0 = time.perf_counter(), lg.children_cpu_s()
-    batch = args.collect
-    if batch is None:
-        stamp = f"memory_seats-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        batch = args.batch or REPO / "benchmarks" / "runs" / stamp
-        try:
-            lg.run_jobs(plan(args.seeds, args.set, batch), args.jobs)
-        except lg.RunFailed as exc:
-            print(exc, file=sys.stderr)
-            return 1
-    result = collect(batch)
-    if not result["runs"]:
-        print(f"no measured run in {batch}", file=sys.stderr)
+    result = run_batch(args, "memory_seats", CONFIG, plan, collect)
+    if result is None:
         return 1
-    result |= {
-        "measured": time.strftime("%Y-%m-%d"),
-        "machine": f"{os.cpu_count()}-core CPU, one torch thread per run, {args.jobs} runs at a time",
-        "config": CONFIG,
-        "sets": args.set,
-        "batch_dir": str(batch),
-        "wall_s": time.perf_counter() - start,
-        "cpu_s": lg.children_cpu_s() - cpu0,
-    }
     lg.write_results(args.results, args.name, result, lambda p: plot(result, p))
     for arm in (*ARMS, *EXPLORING):
         row = result["summary"][arm]

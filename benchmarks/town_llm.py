@@ -25,14 +25,11 @@ towns as a reference row.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import sys
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import learning_gain as lg  # noqa: E402  (job runner)
+from benchmarks.seeded_batch import batch_parser, run_batch  # noqa: E402
 
 CONFIG = "examples/town.yaml"
 KEYS = {
@@ -168,6 +166,7 @@ def draw_days(batch: Path, results: Path, stem: str) -> list[str]:
     if not runs:
         return []
     out = []
+    results.mkdir(parents=True, exist_ok=True)
     for stage in STAGES:
         path = runs[0] / f"eval_{stage}.jsonl"
         if not path.exists():
@@ -186,42 +185,12 @@ def draw_days(batch: Path, results: Path, stem: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--set", action="append", default=[], help="config override for every run")
-    parser.add_argument("--collect", type=Path, help="report the finished runs of a batch directory")
-    parser.add_argument("--batch", type=Path, help="go on with a batch directory: what is missing is run")
-    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--name", default="town_llm", help="the results' file stem")
-    args = parser.parse_args(argv)
-    start, cpu0 = time.perf_counter(), lg.children_cpu_s()
-    batch = args.collect
-    if batch is None:
-        stamp = f"town_llm-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        batch = args.batch or REPO / "benchmarks" / "runs" / stamp
-        try:
-            lg.run_jobs(plan(args.seeds, args.set, batch), args.jobs)
-        except lg.RunFailed as exc:
-            print(exc, file=sys.stderr)
-            return 1
-    result = collect(batch)
-    if not result["runs"]:
-        print(f"no finished run in {batch}", file=sys.stderr)
+    args = batch_parser(__doc__ or "", "town_llm").parse_args(argv)
+    result = run_batch(args, "town_llm", CONFIG, plan, collect)
+    if result is None:
         return 1
     result["expert"] = expert_row(64)
-    result |= {
-        "measured": time.strftime("%Y-%m-%d"),
-        "machine": f"{os.cpu_count()}-core CPU, one torch thread per run, {args.jobs} runs at a time",
-        "config": CONFIG,
-        "sets": args.set,
-        "batch_dir": str(batch),
-        "wall_s": time.perf_counter() - start,
-        "cpu_s": lg.children_cpu_s() - cpu0,
-    }
-    result["days"] = draw_days(batch, args.results, args.name)
+    result["days"] = draw_days(Path(result["batch_dir"]), args.results, args.name)
     lg.write_results(args.results, args.name, result, lambda p: plot(result, p))
     s = result["summary"]
     print(f"{'':24s} {'after SFT':>16s} {'after RL':>16s} {'scripted':>9s}")
