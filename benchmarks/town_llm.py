@@ -113,6 +113,7 @@ def collect(batch: Path) -> dict[str, Any]:
     lift = [r["after_rl"]["goals achieved"] - r["after_sft"]["goals achieved"] for r in runs]
     drop = [r["after_sft"]["plausibility (judged)"] - r["after_rl"]["plausibility (judged)"] for r in runs]
     noise = [r["after_rl"]["judge noise"] for r in runs]
+    summary |= paired_days(batch)
     summary["goal_lift_per_seed"] = lift
     summary["plausibility_drop_per_seed"] = drop
     summary["judge_noise_per_seed"] = noise
@@ -121,6 +122,38 @@ def collect(batch: Path) -> dict[str, Any]:
         d <= n for d, n in zip(drop, noise, strict=True)
     )
     return {"summary": summary, "runs": runs}
+
+
+def paired_days(batch: Path) -> dict[str, Any]:
+    """The same held-out days after SFT and after RL (a day: a town and a sample, seeded alike), paired: per
+    seed the days' differences in goals achieved and in judged plausibility, and over all seeds their mean
+    with a 95% bootstrap interval (seeds, then days, resampled: ``teamrl.marl.stats``)."""
+    from teamrl.marl.stats import bootstrap_ci
+
+    out: dict[str, Any] = {}
+    for key, name in (("goals_achieved", "goal"), ("plausibility", "plausibility")):
+        per_seed = []
+        for run in sorted(batch.glob("town_s*/episodes")):
+            days = {}
+            for stage in STAGES:
+                path = run / f"eval_{stage}.jsonl"
+                if not path.exists():
+                    break
+                rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                days[stage] = {(r["task_id"], r["group"]): float(r["verifier"][key]) for r in rows}
+            if len(days) < len(STAGES):
+                continue
+            shared = sorted(set(days["after_sft"]) & set(days["after_rl"]))
+            per_seed.append([days["after_rl"][d] - days["after_sft"][d] for d in shared])
+        if per_seed:
+            pooled = [x for seed in per_seed for x in seed]
+            out[f"paired_{name}_diff"] = {
+                "mean": statistics.mean(pooled),
+                "ci95": bootstrap_ci(per_seed, statistics.mean),
+                "days": len(pooled),
+                "per_seed": [statistics.mean(seed) for seed in per_seed],
+            }
+    return out
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -201,6 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(f"{label:24s} {cells[0]:>16s} {cells[1]:>16s} {result['expert'].get(label, float('nan')):9.3f}")
     print("goal lift per seed:", [round(x, 3) for x in s["goal_lift_per_seed"]])
+    for name in ("goal", "plausibility"):
+        if f"paired_{name}_diff" in s:
+            d = s[f"paired_{name}_diff"]
+            low, high = d["ci95"]
+            print(
+                f"{name}, RL minus SFT on the same {d['days']} days: {d['mean']:+.3f} "
+                f"[{low:+.3f}, {high:+.3f}]"
+            )
     print("plausibility drop per seed:", [round(x, 3) for x in s["plausibility_drop_per_seed"]])
     print("judge noise per seed:", [round(x, 3) for x in s["judge_noise_per_seed"]])
     return 0

@@ -51,3 +51,22 @@ def test_collect_reads_both_evaluations_and_tells_the_bars_per_seed(script, tmp_
     fake_run(tmp_path / "town_s3", (0.30, 0.70, 0.05), (0.29, 0.60, 0.05))  # worse goals, lost plausibility
     s = script.collect(tmp_path)["summary"]
     assert not s["rl_beats_sft_every_seed"] and not s["plausibility_within_noise_every_seed"]
+
+
+def test_the_same_days_are_paired_across_the_two_evaluations(script, tmp_path):
+    """RL minus SFT day by day (a town and a sample), per seed and pooled with a bootstrap interval; a day
+    evaluated only once is left out."""
+    for seed, (sft, rl) in enumerate([([0.5, 0.6, 0.7], [0.6, 0.6, 0.9]), ([0.4, 0.4], [0.5, 0.3])]):
+        episodes = tmp_path / f"town_s{seed}" / "episodes"
+        episodes.mkdir(parents=True)
+        for stage, values in (("after_sft", sft), ("after_rl", rl + [1.0])):  # RL has one extra day
+            rows = [
+                {"task_id": f"town-{k}", "group": 0, "verifier": {"goals_achieved": v, "plausibility": 0.7}}
+                for k, v in enumerate(values)
+            ]
+            (episodes / f"eval_{stage}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = script.paired_days(tmp_path)
+    goal = out["paired_goal_diff"]
+    assert goal["days"] == 5 and goal["per_seed"] == pytest.approx([0.1, 0.0])
+    assert goal["mean"] == pytest.approx(0.06) and goal["ci95"][0] <= 0.06 <= goal["ci95"][1]
+    assert out["paired_plausibility_diff"]["mean"] == pytest.approx(0.0)
