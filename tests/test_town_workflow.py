@@ -101,6 +101,7 @@ def test_prompts_show_what_the_agent_can_know_only() -> None:
         )
     view = view_of(town, "agent_0", Mind(), cfg)
     assert "party at the park" in town_prompt(view, "plan")
+    assert town_prompt(view, "act", "villager").startswith("### villager: agent_0 t=0/12")
 
 
 def test_each_turn_is_paid_its_agents_return_from_its_tick_by_hand() -> None:

@@ -256,11 +256,12 @@ def _goals(view: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def town_prompt(view: dict[str, Any], kind: Literal["plan", "act"]) -> str:
-    """The prompt of an agent's turn: who and where it is, its goals, plan and recalled memories."""
+def town_prompt(view: dict[str, Any], kind: Literal["plan", "act"], role: str = "resident") -> str:
+    """The prompt of an agent's turn (``role``: the workflow's role that plays every agent): who and where it
+    is, its goals, plan and recalled memories."""
     here = " ".join(o + ("*" if o in view["knowers"] else "") for o in view["here"]) or "nobody"
     lines = [
-        f"### resident: {view['agent']} t={view['t']}/{view['horizon']} at the {view['place']}. here: {here}",
+        f"### {role}: {view['agent']} t={view['t']}/{view['horizon']} at the {view['place']}. here: {here}",
         f"goals: {_goals(view)}",
         f"plan: {' '.join(view['plan']) or 'none'}",
         "memory: " + (" | ".join(view["memory"]) or "none"),
@@ -403,7 +404,7 @@ class TownWorkflow(Workflow[TownConfig]):
         calls = [
             team.act(
                 role,
-                town_prompt(views[a], kind),
+                town_prompt(views[a], kind, role),
                 "answer",
                 round=town.t,
                 context={"view": views[a], "kind": kind},
