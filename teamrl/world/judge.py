@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,14 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from teamrl.world.town import PLACES, TOPICS, Action, Town, scripted_action
+from teamrl.world.town import PLACES, TOPICS, Action, Town, read_line, scripted_action
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 Judge = Callable[[str], float]  # transcript -> plausibility in [0, 1]
 ANCHORS = Path(__file__).with_name("anchors.json")
-_TALK = re.compile(r"^t=(\d+) (\S+) at the \S+ talks to (\S+) about (\S+)$")
 JUDGE_CHOICES = "rule, rule_noisy, or a directory of a causal LM checkpoint"
 DEFAULT_PROMPT = (
     "Below is a day in a small town, one line per action of a person.\n\n{transcript}\n\n"
@@ -67,16 +65,15 @@ class RuleJudge:
         if not lines:
             return 0.0
         valid = 1.0 - sum(line.endswith("(cannot)") for line in lines) / len(lines)
-        talks = [m.groups() for m in map(_TALK.match, lines) if m]
+        read = [x for x in map(read_line, lines) if x is not None and x.valid]
+        talks = [(x.tick, x.agent, *x.talk) for x in read if x.talk]
         if talks:
-            said = {(int(t), a, b) for t, a, b, _ in talks}
-            answered = sum(any((int(t) + d, b, a) in said for d in (0, 1, 2)) for t, a, b, _ in talks) / len(
-                talks
-            )
+            said = {(t, a, b) for t, a, b, _ in talks}
+            answered = sum(any((t + d, b, a) in said for d in (0, 1, 2)) for t, a, b, _ in talks) / len(talks)
             pairs = {(a, b) for _, a, b, _ in talks}
             topics = {topic for *_, topic in talks}
             variety = min(1.0, len(pairs) / max(1.0, len(talks) / 3)) * 0.5 + 0.5 * len(topics) / len(TOPICS)
-            repeats = sum((int(t) - 1, a, b) in said and (int(t) - 2, a, b) in said for t, a, b, _ in talks)
+            repeats = sum((t - 1, a, b) in said and (t - 2, a, b) in said for t, a, b, _ in talks)
             no_chatter = 1.0 - repeats / len(talks)
         else:
             answered, variety, no_chatter = 0.0, 0.0, 1.0

@@ -9,12 +9,11 @@ book); the ticks in which the gathering can happen are shaded.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from teamrl.world.town import PARTY_PLACE, PLACES, TOPICS, Town
+from teamrl.world.town import PARTY_PLACE, PLACES, TOPICS, Town, read_line
 
 PLACE_COLOURS = {
     "home": "#d9d9d9",
@@ -45,9 +44,6 @@ def timeline_rows(town: Town) -> dict[str, Any]:
     }
 
 
-_LINE = re.compile(r"^t=(\d+) (\S+) at the (\S+) (.+?)( \(cannot\))?$")
-
-
 def rows_from_transcript(transcript: str, horizon: int | None = None) -> dict[str, Any]:
     """:func:`timeline_rows`' rows read back from a day's transcript (:meth:`Town.transcript`, what an
     episode keeps): where each agent stood at each tick, the conversations and the objects taken that
@@ -58,18 +54,16 @@ def rows_from_transcript(transcript: str, horizon: int | None = None) -> dict[st
     for line in transcript.splitlines():
         if not line.strip():
             continue
-        m = _LINE.match(line)
-        if m is None:
+        x = read_line(line)
+        if x is None:
             raise ValueError(f"not a line of a town transcript: {line[:80]!r}")
-        t, agent, place, what, cannot = int(m[1]), m[2], m[3], m[4], m[5]
-        places.setdefault(t, {})[agent] = place
-        if cannot:
+        places.setdefault(x.tick, {})[x.agent] = x.place
+        if not x.valid:
             continue
-        if what.startswith("talks to "):
-            to, _, topic = what.removeprefix("talks to ").partition(" about ")
-            talks.append([t, agent, to, topic])
-        elif what.startswith("takes the "):
-            taken.append([t, agent, what.removeprefix("takes the ")])
+        if x.talk:
+            talks.append([x.tick, x.agent, *x.talk])
+        elif x.what.startswith("takes the "):
+            taken.append([x.tick, x.agent, x.what.removeprefix("takes the ")])
     if not places:
         raise ValueError("an empty transcript")
     agents = sorted({a for where in places.values() for a in where}, key=lambda a: (len(a), a))

@@ -36,6 +36,7 @@ train --env teamrl.world.town:parallel_env`` trains on it like on any user env.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -255,6 +256,33 @@ class Town:
             "know_party": sum(s.knows_party for s in self.state.values()) / n,
             "invalid_per_agent": sum(self.invalid.values()) / n,
         }
+
+
+_LINE = re.compile(r"^t=(\d+) (\S+) at the (\S+) (.+?)( \(cannot\))?$")  # what Town.transcript() writes
+_TALK = re.compile(r"^talks to (\S+) about (\S+)$")
+
+
+@dataclass(frozen=True)
+class TranscriptLine:
+    """One line of :meth:`Town.transcript`, read back."""
+
+    tick: int
+    agent: str
+    place: str
+    what: str  # "waits", "goes to the park", "takes the coffee", "talks to agent_2 about party"
+    valid: bool  # False: the action could not happen ("(cannot)")
+
+    @property
+    def talk(self) -> tuple[str, str] | None:
+        """(listener, topic) of a conversation line, else None."""
+        m = _TALK.match(self.what)
+        return (m[1], m[2]) if m else None
+
+
+def read_line(line: str) -> TranscriptLine | None:
+    """A transcript line read back, or None for text that is not one."""
+    m = _LINE.match(line)
+    return None if m is None else TranscriptLine(int(m[1]), m[2], m[3], m[4], m[5] is None)
 
 
 def planned(town: Town, agent: str) -> set[Action]:

@@ -46,7 +46,7 @@ from teamrl.protocol.settings import SeatConfig, Strict, TaskSettings, WorkflowS
 from teamrl.rewards.settings import RewardConfig
 from teamrl.tasks.base import TaskSuite
 from teamrl.workflows.base import Rollouts, Workflow
-from teamrl.world.judge import JudgeMonitor, agreement, load_anchors
+from teamrl.world.judge import JUDGE_CHOICES, JudgeMonitor, agreement, load_anchors, make_judge
 from teamrl.world.town import OBJECTS, PARTY_PLACE, PLACES, Action, Town
 
 _ACTION = re.compile(r"^(wait|move (\w+)|use (\w+)|talk (agent_\d+) (\w+))$")
@@ -129,10 +129,7 @@ class TownConfig(WorkflowSettings):
             return spec
         path = Path(spec).expanduser()
         if not path.is_dir():
-            raise ValueError(
-                f"judge {spec!r}: valid judges are rule, rule_noisy, or a directory of a causal LM "
-                "checkpoint (a frozen model judge)"
-            )
+            raise ValueError(f"judge {spec!r}: no such judge or directory; choose {JUDGE_CHOICES}")
         return str(path.resolve())  # saved absolute: the run resumes from anywhere
 
     @model_validator(mode="after")
@@ -323,8 +320,6 @@ class TownWorkflow(Workflow[TownConfig]):
 
     def __init__(self, settings: TownConfig, sandbox: Any = None) -> None:
         super().__init__(settings, sandbox)
-        from teamrl.world.judge import make_judge
-
         self.judge = make_judge(settings.judge)
         self.second = make_judge(settings.second_judge, seed=1) if settings.second_judge else None
         self.monitor = JudgeMonitor(self.judge, load_anchors(), threshold=settings.judge_threshold)
