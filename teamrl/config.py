@@ -178,6 +178,16 @@ class RunConfig(Strict):
     out_dir: str = "runs"
     name: str | None = Field(None, description="run directory name (default: derived from time and seed)")
     threads: int = Field(1, ge=1, description="torch threads; 1 is fastest for small models on 2 cores")
+    async_rollouts: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="0: each RL iteration plays its rollout, then updates; k > 0: a rollout worker process "
+        "plays the next k iterations' rollouts while this one updates (on 2 cores, one each), so an "
+        "update learns from episodes sampled up to k updates before, corrected by truncated importance "
+        "sampling (algorithm.is_cap); staleness and importance weights are logged (train/staleness, "
+        "train/<role>/is_weight)",
+    )
     eval_every: int = Field(0, ge=0, description="also evaluate every N RL iterations (0: never)")
     eval_samples: int = Field(2, ge=1, description="episodes per held-out task in an evaluation")
     eval_each_phase: bool = Field(False, description="also evaluate after every recipe phase")
@@ -285,6 +295,21 @@ class Config(Strict):
                 f"{self.algorithm.group_size}, so no group could be replayed: raise it to at least "
                 f"{self.algorithm.group_size} (a whole group per role) or pick another reward.credit"
             )
+        if self.run.async_rollouts:
+            why = (
+                "counterfactual credit replays episodes with this process's adapters, newer than those that "
+                "played them"
+                if "counterfactual" in functions
+                else "recipe population seats its pool's snapshots in this process"
+                if self.recipe.name == "population"
+                else "the Ray backend plays its rollouts on its own workers"
+                if self.run.backend == "ray"
+                else None
+            )
+            if why is not None:
+                raise ValueError(
+                    f"run.async_rollouts={self.run.async_rollouts} is not supported here: {why}; set 0"
+                )
         per_turn = [f for f in functions if f in ("maporl", "marti")]
         if per_turn and wf.scored_turns is Workflow.scored_turns:
             raise ValueError(

@@ -307,7 +307,7 @@ def test_the_learner_scores_a_role_at_its_temperature_without_a_graph() -> None:
 
     from teamrl.config import load_config
     from teamrl.protocol import Turn
-    from teamrl.trainer.learner import Learner, _Sample
+    from teamrl.trainer.learner import score_turns
 
     calls: list[tuple[str, float, bool]] = []
 
@@ -316,8 +316,7 @@ def test_the_learner_scores_a_role_at_its_temperature_without_a_graph() -> None:
             calls.append((adapter, temperature, torch.is_grad_enabled()))
             return torch.zeros(len(completions), max(map(len, completions))), None
 
-    learner = Learner.__new__(Learner)
-    learner.cfg = load_config(REPO / "examples/collaborate_archivist.yaml", [])
+    cfg = load_config(REPO / "examples/collaborate_archivist.yaml", [])
     turn = Turn(role="archivist", round=0, prompt="p", text="t", prompt_ids=[1, 2], completion_ids=[3, 4])
-    scores = learner._score(Policy(), "archivist", [_Sample(turn, 1.0, [0.0, 0.0])], "ref_archivist")  # type: ignore[arg-type]
+    scores = score_turns(cfg, Policy(), "archivist", [turn], "ref_archivist")  # type: ignore[arg-type]
     assert scores == [[0.0, 0.0]] and calls == [("ref_archivist", 1.5, False)]

@@ -116,12 +116,16 @@ def grpo_loss(
     kl_coef: float = 0.0,
     aggregation: str = "token_mean",
     num_tokens: float | None = None,
+    is_weight: torch.Tensor | None = None,
 ) -> LossOutput:
     """Clipped GRPO surrogate with an optional k3 KL penalty toward a reference policy.
 
     Per token: ``ratio = exp(logp - old_logp)``,
     ``obj = min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)``,
     ``loss = -obj + kl_coef * k3(logp, ref_logp)``. ``clip_high=None`` means ``clip_high = clip_low``.
+    ``is_weight`` [B, T] (off-policy samples): each token's ``-obj`` is multiplied by it (decoupled PPO with
+    truncated importance sampling: ``old_logp`` is then the proximal policy's, the weights
+    ``min(pi_prox / pi_behaviour, cap)``, computed by the caller); the KL term is not weighted.
 
     Shapes: logp, old_logp, ref_logp, mask [B, T] (mask bool or 0/1); advantages [B].
     aggregation: ``"token_mean"`` sums over all masked tokens and divides by their count (DAPO);
@@ -143,6 +147,10 @@ def grpo_loss(
     _check_token_tensor("mask", mask, shape)
     if ref_logp is not None:
         _check_token_tensor("ref_logp", ref_logp, shape)
+    if is_weight is not None:
+        _check_token_tensor("is_weight", is_weight, shape)
+        if bool((is_weight < 0).any()):
+            raise ValueError("is_weight must be >= 0 (importance weights)")
     if advantages.shape != shape[:1]:
         raise ValueError(
             f"advantages has shape {tuple(advantages.shape)}; expected [B] = [{shape[0]}], one per sequence"
@@ -186,6 +194,8 @@ def grpo_loss(
     ratio = torch.exp(logp - old_logp)
     clipped_ratio = ratio.clamp(1 - clip_low, 1 + clip_high)
     obj = torch.minimum(ratio * adv, clipped_ratio * adv)
+    if is_weight is not None:
+        obj = obj * torch.where(mask, is_weight.detach().to(dtype), zero)
     policy_tok = torch.where(mask, -obj, zero)
     if ref_logp is not None:
         ref_logp = torch.where(mask, ref_logp.detach().to(dtype), zero)

@@ -46,6 +46,14 @@ class AlgorithmConfig(Strict):
         "other turns learn, instead of drifting with the shared adapter. Their tokens add KL, not weight: "
         "the policy loss is still averaged over the learned turns' tokens",
     )
+    is_cap: float = Field(
+        2.0,
+        ge=1,
+        description="truncation of the importance weights pi_prox / pi_behaviour per token, where the "
+        "policy that sampled the episodes is not the one updated (run.async_rollouts > 0, or generation by "
+        "vLLM): PPO's ratio starts from the learner's log-probs under the current adapter (pi_prox) and "
+        "each token's loss is weighted by min(pi_prox / pi_behaviour, is_cap)",
+    )
     ppo_epochs: int = Field(2, ge=1, description="passes over each batch of episodes")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (the turns split evenly)")
     micro_batch: int = Field(64, ge=1)

@@ -6,7 +6,8 @@ imports nothing of Ray, so it is also an ordinary object in this process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import torch
 import transformers
@@ -35,6 +36,10 @@ class ShardResult:
     generated_tokens: int
     generate_s: float
     batch_sizes: list[int]
+    play_s: float = 0.0  # the share's wall time in the worker, weights loaded to episodes verified
+    # the KL reference's log-probs of the trained roles' turns, when the worker computed them
+    # (``teamrl.trainer.learner.reference_logprobs``; run.async_rollouts)
+    ref_logprobs: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
 
 class RolloutWorker:
@@ -75,6 +80,7 @@ class RolloutWorker:
         in-process), sampling from ``seed`` or, when given, from the CPU generator state ``rng_state``;
         with ``seed_key``, from each episode's own seeds (``episode_factories``); ``train``: the roles the
         rollout trains (``Team.train_turns``)."""
+        start = time.perf_counter()
         load_adapter_weights(self.policies, weights)
         torch.manual_seed(seed)  # every device's generator
         if rng_state is not None:
@@ -95,4 +101,5 @@ class RolloutWorker:
             generated_tokens=stats.generated_tokens - tokens,
             generate_s=stats.generate_s - generate_s,
             batch_sizes=stats.batch_sizes[batches:],
+            play_s=time.perf_counter() - start,
         )

@@ -296,6 +296,37 @@ def team_throughput(run: Run) -> bytes | None:
     return _png(fig)
 
 
+def team_off_policy(run: Run) -> bytes | None:
+    """``run.async_rollouts``: how many updates old the policy that sampled each iteration's episodes was
+    (left), and each trained role's mean truncated importance weight pi_prox / pi_behaviour with the share
+    of its tokens truncated (right)."""
+    rl = run.rl_rows
+    roles = [r for r in run.roles if has(rl, f"train/{r}/is_weight")]
+    if not has(rl, "train/staleness") and not roles:
+        return None
+    fig, (left, right) = _figure(width=9.6, ncols=2)
+    for ax in (left, right):
+        _shade_phases(ax, run)
+        ax.set_xlabel("RL iteration")
+    if has(rl, "train/staleness"):
+        xs, ys = series(rl, "train/staleness")
+        left.step(xs, ys, where="mid", color="#555555", label="staleness")
+        left.set_ylim(bottom=0)
+    left.set_ylabel("updates between sampling and learning")
+    for role in roles:
+        color = role_color(run.roles, role)
+        xs, ys = series(rl, f"train/{role}/is_weight")
+        _noisy_line(right, xs, ys, color, f"{role}: weight")
+        if has(rl, f"train/{role}/is_truncated"):
+            xt, yt = series(rl, f"train/{role}/is_truncated")
+            right.plot(xt, yt, linestyle=":", color=color, label=f"{role}: share truncated")
+    right.axhline(1.0, color="k", linewidth=0.5)
+    right.set_ylabel("importance weight (mean, truncated)")
+    if roles:
+        _legend(right)
+    return _png(fig)
+
+
 def team_schedule(run: Run) -> bytes | None:
     """Which role trained when: one lane per role, the recipe's plan hatched behind what ran."""
     if not run.phases and not run.planned_phases:

@@ -73,6 +73,12 @@ def team_charts(run: Run) -> list[Chart]:
             ("kl", "KL", "each trained role's KL to its SFT snapshot", lambda: F.team_kl(run)),
             ("loss", "Policy loss", "clipped-surrogate loss of each trained role", lambda: F.team_loss(run)),
             ("throughput", "Tokens / s", "rollout generation throughput", lambda: F.team_throughput(run)),
+            (
+                "offpolicy",
+                "Off-policy rollouts",
+                "run.async_rollouts: the episodes' staleness and each role's truncated importance weights",
+                lambda: F.team_off_policy(run),
+            ),
         ],
         run.warnings,
     )

@@ -9,7 +9,7 @@ code path for the algorithms.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -47,6 +47,7 @@ class _Sample:
     advantage: float
     old_logprobs: list[float]
     ref_logprobs: list[float] = field(default_factory=list)
+    is_weights: list[float] = field(default_factory=list)  # truncated importance weights (off-policy)
 
 
 class Learner:
@@ -131,11 +132,18 @@ class Learner:
         return out
 
     # -- the update -----------------------------------------------------------------------------
-    def update(self, episodes: list[Episode], roles: tuple[str, ...], step: int) -> dict[str, float]:
+    def update(
+        self,
+        episodes: list[Episode],
+        roles: tuple[str, ...],
+        step: int,
+        ref_logprobs: dict[TurnKey, list[float]] | None = None,
+    ) -> dict[str, float]:
         """GRPO / M-GRPO / PPO update of each role in ``roles`` on the turns it took in ``episodes``:
         ``ppo_epochs`` passes over the turns, each split into ``minibatches`` optimizer steps (shuffled
         from the seed ``step``); with ``ppo_critic`` the centralised critic gives each turn its advantage
-        and is fitted in the same update."""
+        and is fitted in the same update. ``ref_logprobs``: the KL reference's log-probs of turns (keyed
+        as the advantages) already computed where they were sampled (:func:`reference_logprobs`)."""
         a = self.cfg.algorithm
         critic_batch: CriticBatch | None = None
         if self.critic is not None:
@@ -148,24 +156,31 @@ class Learner:
             policy = self.policy_of(role)
             turns = {key: learned_turn(episodes[key[0]], key[1]) for key in adv[role]}
             anchor = a.anchor_unlearned and a.kl_coef > 0  # zero-advantage turns kept for their KL
-            items: list[_Sample] = [
-                _Sample(turns[key], value, turns[key].logprobs)
+            keys = [
+                key
                 for key, value in adv[role].items()
                 if turns[key].completion_ids and (abs(value) > 1e-8 or anchor)
             ]
+            items = [_Sample(turns[key], adv[role][key], turns[key].logprobs) for key in keys]
             if not any(abs(s.advantage) > 1e-8 for s in items):  # equal rewards everywhere: nothing to learn
                 stats[f"train/{role}/skipped"] = 1.0
                 continue
             if anchor:
                 stats[f"train/{role}/anchored_turns"] = float(sum(abs(s.advantage) <= 1e-8 for s in items))
-            if policy.generation_backend is not None:
-                # The learner recomputes the behaviour log-probs: vLLM's come from other kernels (and,
-                # before vLLM 0.10.2, ignore the temperature), so its ratio would not start at 1.
-                stats[f"train/{role}/behaviour_logprob_gap"] = self._recompute_old_logprobs(
-                    policy, role, items
+            if self.cfg.run.async_rollouts or policy.generation_backend is not None:
+                # The episodes were sampled by another policy than the one updated: adapters some updates
+                # old (async rollouts), or vLLM's kernels (before vLLM 0.10.2 also without temperature).
+                stats.update(
+                    {f"train/{role}/{k}": v for k, v in self._correct_off_policy(policy, role, items).items()}
                 )
             if a.kl_coef > 0:
-                for s, ref in zip(items, self._score(policy, role, items, ref_adapter(role)), strict=True):
+                known = ref_logprobs or {}
+                missing = [s for key, s in zip(keys, items, strict=True) if key not in known]
+                for key, s in zip(keys, items, strict=True):
+                    s.ref_logprobs = known.get(key, [])
+                turns_left = [s.turn for s in missing]
+                scored = score_turns(self.cfg, policy, role, turns_left, ref_adapter(role)) if missing else []
+                for s, ref in zip(missing, scored, strict=True):
                     s.ref_logprobs = ref
             policy.set_trainable([role])
             policy.model.train()
@@ -220,6 +235,7 @@ class Learner:
                 torch.tensor([s.advantage for s in chunk], device=device),
                 mask,
                 ref_logp=_pad([s.ref_logprobs for s in chunk], width, device) if a.kl_coef > 0 else None,
+                is_weight=_pad([s.is_weights for s in chunk], width, device) if chunk[0].is_weights else None,
                 clip_low=a.clip_low,
                 clip_high=a.clip_high,
                 kl_coef=a.kl_coef,
@@ -239,38 +255,34 @@ class Learner:
 
     def temperature(self, role: str) -> float:
         """The temperature ``role`` samples at (its seat's, else the algorithm's): its log-probs' too."""
-        seat = self.cfg.seat(role).temperature
-        return seat if seat is not None else self.cfg.algorithm.temperature
+        return role_temperature(self.cfg, role)
 
-    @torch.no_grad()
-    def _score(
-        self, policy: HFPolicy, role: str, items: list[_Sample], adapter: str | None = None
-    ) -> list[list[float]]:
-        """Log-probs of each of ``role``'s turns' completion under ``adapter`` (default: the role's own;
-        e.g. its frozen SFT snapshot, the KL reference), at the role's temperature, computed by the
-        learner."""
-        a = self.cfg.algorithm
-        scores: dict[int, list[float]] = {}
-        for chunk in micro_batches(list(enumerate(items)), a.micro_batch, a.micro_batch_tokens, _length_of):
-            logp, _ = policy.token_logprobs(
-                adapter if adapter is not None else role,
-                [s.turn.prompt_ids for _, s in chunk],
-                [s.turn.completion_ids for _, s in chunk],
-                self.temperature(role),
-            )
-            for row, (i, s) in enumerate(chunk):
-                scores[i] = logp[row, : len(s.turn.completion_ids)].tolist()
-        return [scores[i] for i in range(len(items))]
-
-    def _recompute_old_logprobs(self, policy: HFPolicy, role: str, items: list[_Sample]) -> float:
-        """Replace the generator's behaviour log-probs by the learner's; returns their mean absolute gap
-        per token (near 0 when the generator serves the role's current adapter)."""
-        gap = tokens = 0.0
-        for s, learner in zip(items, self._score(policy, role, items), strict=True):
-            gap += sum(abs(x - y) for x, y in zip(s.old_logprobs, learner, strict=True))
-            tokens += len(learner)
-            s.old_logprobs = learner
-        return gap / max(tokens, 1.0)
+    def _correct_off_policy(self, policy: HFPolicy, role: str, items: list[_Sample]) -> dict[str, float]:
+        """Decoupled PPO with truncated importance sampling: PPO's ratio starts from the learner's log-probs
+        under the current adapter (pi_prox, computed here once) and each token's loss is weighted by
+        min(pi_prox / pi_behaviour, is_cap), the behaviour log-probs being the generator's. Returns the
+        mean absolute log-prob gap per token (near 0 when the generator served the current adapter), the
+        mean truncated weight, the share of tokens truncated and the largest raw weight."""
+        cap = self.cfg.algorithm.is_cap
+        gap = weights = truncated = tokens = 0.0
+        largest = 0.0
+        for s, prox in zip(items, score_turns(self.cfg, policy, role, [s.turn for s in items]), strict=True):
+            log_w = torch.tensor(prox) - torch.tensor(s.old_logprobs[: len(prox)])
+            raw = log_w.clamp(max=50.0).exp()
+            w = raw.clamp(max=cap)
+            gap += float(log_w.abs().sum())
+            weights += float(w.sum())
+            truncated += float((raw > cap).sum())
+            largest = max(largest, float(raw.max()) if len(prox) else 0.0)
+            tokens += len(prox)
+            s.old_logprobs, s.is_weights = prox, w.tolist()
+        n = max(tokens, 1.0)
+        return {
+            "behaviour_logprob_gap": gap / n,
+            "is_weight": weights / n,
+            "is_truncated": truncated / n,
+            "is_weight_max": largest,
+        }
 
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self, directory: Path) -> None:
@@ -289,6 +301,55 @@ class Learner:
             self.critic.load(directory / CRITIC_DIR)
 
 
+def role_temperature(cfg: Config, role: str) -> float:
+    """The temperature ``role`` samples at (its seat's, else the algorithm's): its log-probs' too."""
+    seat = cfg.seat(role).temperature
+    return seat if seat is not None else cfg.algorithm.temperature
+
+
+@torch.no_grad()
+def score_turns(
+    cfg: Config, policy: HFPolicy, role: str, turns: list[Turn], adapter: str | None = None
+) -> list[list[float]]:
+    """Log-probs of each of ``role``'s ``turns``' completion under ``adapter`` (default: the role's own;
+    e.g. its frozen SFT snapshot, the KL reference), at the role's temperature, micro-batched as the
+    learner's update is."""
+    a = cfg.algorithm
+    scores: dict[int, list[float]] = {}
+    for chunk in micro_batches(list(enumerate(turns)), a.micro_batch, a.micro_batch_tokens, _turn_length):
+        logp, _ = policy.token_logprobs(
+            adapter if adapter is not None else role,
+            [t.prompt_ids for _, t in chunk],
+            [t.completion_ids for _, t in chunk],
+            role_temperature(cfg, role),
+        )
+        for row, (i, t) in enumerate(chunk):
+            scores[i] = logp[row, : len(t.completion_ids)].tolist()
+    return [scores[i] for i in range(len(turns))]
+
+
+def reference_logprobs(
+    cfg: Config, policy_of: Callable[[str], HFPolicy], episodes: list[Episode], roles: Iterable[str]
+) -> dict[TurnKey, list[float]]:
+    """The KL reference's (each role's SFT snapshot, ``ref_adapter``) log-probs of the turns of ``roles``
+    in ``episodes`` (candidates included), keyed as :meth:`Learner.turn_advantages` keys them: computed
+    once where the episodes were sampled (the reference is frozen), so the update need not."""
+    out: dict[TurnKey, list[float]] = {}
+    for role in roles:
+        keys = [
+            (i, j)
+            for i, ep in enumerate(episodes)
+            for j in range(len(ep.turns) + len(ep.candidates))
+            if learned_turn(ep, j).role == role and learned_turn(ep, j).completion_ids
+        ]
+        if not keys:
+            continue
+        turns = [learned_turn(episodes[i], j) for i, j in keys]
+        scored = score_turns(cfg, policy_of(role), role, turns, ref_adapter(role))
+        out.update(zip(keys, scored, strict=True))
+    return out
+
+
 def learned_turn(episode: Episode, j: int) -> Turn:
     """The learner's turn ``j`` of ``episode``: its turn ``j``, or past them, candidate ``j - len(turns)``."""
     n = len(episode.turns)
@@ -300,8 +361,8 @@ def sample_length(s: _Sample) -> tuple[int, int]:
     return len(s.turn.prompt_ids), len(s.turn.completion_ids)
 
 
-def _length_of(item: tuple[int, _Sample]) -> tuple[int, int]:
-    return sample_length(item[1])
+def _turn_length(item: tuple[int, Turn]) -> tuple[int, int]:
+    return len(item[1].prompt_ids), len(item[1].completion_ids)
 
 
 def micro_batches(

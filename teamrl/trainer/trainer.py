@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +54,10 @@ from teamrl.trainer.checkpoints import (
 from teamrl.trainer.faults import fault_point
 from teamrl.trainer.learner import Learner
 from teamrl.trainer.live import LiveTable
+from teamrl.trainer.overlap import RolloutsAhead, plan_iteration, play_ahead
 from teamrl.trainer.run_dir import JsonlLog, RestoredRows, rows_at_checkpoint, write_jsonl
 from teamrl.trainer.run_lock import RunLock
+from teamrl.trainer.summary import summarize
 from teamrl.workflows.base import Workflow
 
 log = logging.getLogger("teamrl")
@@ -147,6 +148,8 @@ class Trainer:
         # backend ray: Ray actors play the rollouts and run the learner (below); counterfactual replays,
         # credit and checkpoints stay here
         self.remote = RayRollouts(cfg, self.policies, self.engine.stats) if cfg.run.backend == "ray" else None
+        # run.async_rollouts: a worker process plays the next iterations' rollouts during each update
+        self.ahead = RolloutsAhead(cfg, self.policies, self.engine.stats) if cfg.run.async_rollouts else None
         self.live = LiveTable(cfg.role_order())  # the per-iteration table printed with the progress bar
         # the optimizers (and the ppo_critic critic) live with the learner: here, or in a Ray actor
         self.learner: Learner | RayLearner = (
@@ -256,9 +259,13 @@ class Trainer:
         return result
 
     # -- learning -------------------------------------------------------------------------------
-    def update(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, float]:
+    def update(
+        self, episodes: list[Episode], roles: tuple[str, ...], ref: dict[Any, list[float]] | None = None
+    ) -> dict[str, float]:
         """The learner's update of ``roles`` on ``episodes`` (``Learner.update``), in this process or, with
         the Ray backend, in the learner actor (whose new weights this process then holds)."""
+        if ref:  # the KL reference's log-probs, computed by the rollout worker (run.async_rollouts)
+            return self.learner.update(episodes, roles, self.state.step, ref)  # type: ignore[call-arg]
         return self.learner.update(episodes, roles, self.state.step)
 
     # -- SFT ------------------------------------------------------------------------------------
@@ -437,6 +444,8 @@ class Trainer:
             sandbox.close()
         if getattr(self, "remote", None) is not None:
             self.remote.close()  # type: ignore[union-attr]
+        if getattr(self, "ahead", None) is not None:
+            self.ahead.close()  # type: ignore[union-attr]
         if self._joined_ray:
             import ray
 
@@ -455,6 +464,8 @@ class Trainer:
         if not st.sft_done:
             sft_stats = self.sft_roles()
             st.sft_done = True
+            if self.ahead is not None:  # the first rollout plays while the SFT snapshot is evaluated
+                play_ahead(self.ahead, self.suite, phases, st.phase, st, first=True)
             st.evals.append(self.evaluate("after_sft", save_episodes=True))
             self.log_metrics({"step": 0, **sft_stats, **_numeric(st.evals[-1])})
             self._checkpoint_and_maybe_stop()
@@ -470,26 +481,35 @@ class Trainer:
             )
             while st.phase_iteration < phase.iterations and not self._budget_spent():
                 start = time.perf_counter()
-                rng = random.Random(rng_base + st.step)
                 torch.manual_seed(rng_base + st.step)
-                tasks = self.suite.sample("train", cfg.algorithm.tasks_per_iteration, rng)
+                plan = plan_iteration(cfg, self.suite, phase, st.step)
                 tokens0, gen0 = self.engine.stats.generated_tokens, self.engine.stats.generate_s
-                shared = frozenset(
-                    r for r in cfg.role_order() if r not in phase.roles and cfg.algorithm.share_frozen_turns
-                )
-                with self.team.seated(self.hooks.seats(phase) if self.hooks is not None else {}):
-                    self.training_roles = phase.roles  # counterfactual credit replays them
-                    try:
-                        key = f"rl{st.step}"
-                        episodes = self.rollout(tasks, cfg.algorithm.group_size, shared, seed_key=key)
-                    finally:
-                        self.training_roles = ()
-                    credit_stats = self.reward_metrics
+                ahead: dict[str, float] = {}
+                if self.ahead is not None:  # run.async_rollouts: played by the worker, maybe already
+                    played = self.ahead.take(plan, st.step)
+                    play_ahead(self.ahead, self.suite, phases, index, st)  # the next ones, during this update
+                    episodes = played.result.episodes
+                    self.reward_metrics = score_episodes(cfg, self.workflow, episodes, None)
+                    ahead = {
+                        "train/staleness": st.step - played.version,
+                        "perf/rollout_wait_s": played.wait_s,
+                    }
+                    ahead["perf/rollout_play_s"] = played.result.play_s
+                else:
+                    with self.team.seated(self.hooks.seats(phase) if self.hooks is not None else {}):
+                        self.training_roles = phase.roles  # counterfactual credit replays them
+                        try:
+                            episodes = self.rollout(
+                                list(plan.tasks), plan.group_size, plan.share, seed_key=plan.seed_key
+                            )
+                        finally:
+                            self.training_roles = ()
+                credit_stats = self.reward_metrics
                 rollout_s = time.perf_counter() - start
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
                 update_start = time.perf_counter()
-                stats = self.update(episodes, phase.roles)
+                stats = self.update(episodes, phase.roles, played.result.ref_logprobs if self.ahead else None)
                 update_s = time.perf_counter() - update_start
                 st.step += 1
                 st.phase_iteration += 1
@@ -499,7 +519,9 @@ class Trainer:
                     **summarize(episodes, "rollout/", self.workflow),
                     **stats,
                     **credit_stats,
-                    "perf/rollout_tokens_per_s": tokens / max(rollout_s, 1e-9),
+                    **ahead,
+                    "perf/rollout_tokens_per_s": tokens
+                    / max(ahead.get("perf/rollout_play_s", rollout_s), 1e-9),
                     "perf/rl_tokens_total": st.rl_tokens,
                     "perf/generate_s": self.engine.stats.generate_s - gen0,
                     "perf/rollout_s": rollout_s,
@@ -545,29 +567,6 @@ class Trainer:
             summary["sandbox_isolation"] = self.sandbox.isolation
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         return summary
-
-
-def summarize(
-    episodes: list[Episode], prefix: str, workflow: Workflow[Any] | None = None
-) -> dict[str, float]:
-    """Team success, outcome, per-role reward / process / format-error means and the workflow's own
-    figures (``Workflow.metrics``)."""
-    n = max(len(episodes), 1)
-    out = {
-        f"{prefix}solved": sum(bool(e.verifier.get("solved")) for e in episodes) / n,
-        f"{prefix}outcome": sum(e.outcome for e in episodes) / n,
-        f"{prefix}tokens_per_episode": sum(e.num_generated_tokens for e in episodes) / n,
-    }
-    roles = dict.fromkeys(r for e in episodes for r in e.rewards)
-    for role in roles:
-        eps = [e for e in episodes if role in e.rewards]
-        out[f"{prefix}reward/{role}"] = sum(e.rewards[role] for e in eps) / len(eps)
-        out[f"{prefix}process/{role}"] = sum(e.process.get(role, 0.0) for e in eps) / len(eps)
-        turns = [t for e in eps for t in e.turns_of(role)]
-        out[f"{prefix}format_error/{role}"] = sum(t.error is not None for t in turns) / max(len(turns), 1)
-    if workflow is not None:
-        out.update(workflow.metrics(episodes, prefix))
-    return out
 
 
 def _state(data: dict[str, Any]) -> TrainerState:
