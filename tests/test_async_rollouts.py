@@ -105,9 +105,10 @@ def test_the_worker_plays_what_the_driver_would_and_the_learner_corrects_for_sta
         trainer.close()
 
 
-def test_an_async_run_learns_from_one_update_old_episodes_and_logs_it(tmp_path):
+@pytest.mark.parametrize(("k", "staleness"), [(1, [0, 1, 1, 1]), (2, [0, 1, 2, 2])])
+def test_an_async_run_learns_from_k_updates_old_episodes_and_logs_it(tmp_path, k, staleness):
     run = tmp_path / "run"
-    trainer = Trainer(_cfg(tmp_path, "run.async_rollouts=1"), run)
+    trainer = Trainer(_cfg(tmp_path, f"run.async_rollouts={k}"), run)
     try:
         summary = trainer.fit()
         process = trainer.ahead._process.process
@@ -116,9 +117,9 @@ def test_an_async_run_learns_from_one_update_old_episodes_and_logs_it(tmp_path):
     assert process.poll() is not None  # the worker process is gone with the trainer
     rows = [r for r in _rows(run) if "phase" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    # the first rollout is played before any update; every later one (across the phase boundary too)
-    # by the adapters of one update before
-    assert [r["train/staleness"] for r in rows] == [0, 1, 1, 1]
+    # the first rollout is played before any update; the later ones (across the phase boundary too)
+    # by the adapters of at most k updates before
+    assert [r["train/staleness"] for r in rows] == staleness
     assert all(r["perf/rollout_play_s"] > 0 and r["perf/rollout_wait_s"] >= 0 for r in rows)
     assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_round1_coder", "after_rl"]
     png = team_off_policy(load_run(run))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -310,6 +311,9 @@ def test_the_trainer_recomputes_behaviour_log_probs_and_the_next_rollout_gets_th
     # PPO's ratio started from the learner's log-probs (exp(1) with the generator's), and the gap is logged
     assert stats["train/coder/behaviour_logprob_gap"] == pytest.approx(1.0, abs=1e-3)
     assert stats["train/coder/ratio_mean"] == pytest.approx(1.0, abs=0.05)
+    # and each token's loss is weighted by pi_learner / pi_vLLM = e, truncated at algorithm.is_cap (2)
+    assert stats["train/coder/is_weight_max"] == pytest.approx(math.e, rel=1e-3)
+    assert stats["train/coder/is_weight"] == pytest.approx(2.0) and stats["train/coder/is_truncated"] == 1.0
     served = backend.lora_ids()
     trainer.rollout(trainer.suite.fixed_set("train", 1), 1)
     assert backend.lora_ids()["coder"] > served["coder"]  # the updated adapter went to the generator

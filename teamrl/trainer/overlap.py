@@ -125,8 +125,8 @@ class _WorkerProcess:
                 future.set_exception(RolloutWorkerFailed(f"the rollout worker raised:\n{value}"))
 
     def close(self) -> None:
+        """Stop the child (a rollout in progress is not waited for), then the thread that fed it."""
         self.jobs.put(None)
-        self.conn.close()
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -134,7 +134,8 @@ class _WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=10)  # its read of the pipe ends with the child
+        self.conn.close()
 
 
 def _worker_main(fd: int) -> None:
