@@ -23,7 +23,7 @@ from teamrl.policies import (
     train_tokenizer,
 )
 from teamrl.policies import tiny as tiny_module
-from teamrl.policies.hf import exponential_race
+from teamrl.policies.hf import exponential_race, prefill_chunks
 
 torch.set_num_threads(1)  # the other core is busy; two threads make small matmuls far slower
 
@@ -260,6 +260,49 @@ def test_identical_prompts_are_prefilled_once_and_sample_apart(built: Path) -> N
         greedy = policy.generate([GenerationRequest(a, "coder", 8, 0.0)] * 3)
         single = policy.generate([GenerationRequest(a, "coder", 8, 0.0)])[0]
         assert all(g.completion_ids == single.completion_ids for g in greedy)
+    finally:
+        policy.model.forward = forward  # type: ignore[method-assign]
+
+
+def test_prefill_chunks_bound_the_padding_by_hand() -> None:
+    # 4 rows of 10 then 20: a fifth row of 20 would pad 5 x 20 = 100 for 60 real tokens (> 1.25x)
+    assert prefill_chunks([10, 10, 10, 10, 20, 20]) == [[0, 1, 2, 3], [4, 5]]
+    # alike lengths stay together; a chunk always takes at least 4 rows, however unlike
+    assert prefill_chunks([10, 11, 12, 12, 12]) == [[0, 1, 2, 3, 4]]
+    assert prefill_chunks([1, 50, 100, 200, 201]) == [[0, 1, 2, 3], [4]]
+    assert prefill_chunks([]) == []
+
+
+def test_prompts_of_unlike_lengths_are_prefilled_in_chunks_with_the_same_result(built: Path) -> None:
+    """Short and long prompts in one micro-batch: each chunk of like lengths is prefilled at its own width
+    (fewer positions than one left-padded prefill), the caches joined; the completions and log-probs are
+    those of one prefill of the whole batch, sampled and greedy."""
+    policy = _policy(built, "coder")
+    _perturb(policy, "coder", seed=3)
+    rng = random.Random(5)
+    prompts = [" ".join(p for p, _ in _copy_corpus(rng.choice([1, 2, 6, 12]), seed=i)) for i in range(24)]
+    widths: list[int] = []
+    forward = policy.model.forward
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if kwargs["input_ids"].shape[1] > 1:  # a prefill, not a decode step
+            widths.append(int(kwargs["input_ids"].numel()))
+        return forward(*args, **kwargs)
+
+    policy.model.forward = counting  # type: ignore[method-assign]
+    try:
+        for temperature in (1.0, 0.0):
+            requests = [GenerationRequest(p, "coder", 8, temperature, seed=i) for i, p in enumerate(prompts)]
+            widths.clear()
+            policy.chunk_prefill = False
+            whole = policy.generate(requests)
+            padded = widths.pop()
+            policy.chunk_prefill = True
+            chunked = policy.generate(requests)
+            assert len(widths) > 1 and sum(widths) < 0.8 * padded  # several chunks, far fewer positions
+            for a, b in zip(whole, chunked, strict=True):
+                assert a.completion_ids == b.completion_ids
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     finally:
         policy.model.forward = forward  # type: ignore[method-assign]
 

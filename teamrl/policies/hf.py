@@ -11,7 +11,7 @@ import inspect
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +61,30 @@ def exponential_race(logprobs: torch.Tensor, generators: list[torch.Generator]) 
     return (logprobs.double() - noise.to(logprobs.device).log()).argmax(-1, keepdim=True)
 
 
+PREFILL_WASTE = 1.25
+"""A prefill chunk grows while its padded size (rows x longest prompt) stays within this factor of its
+real tokens (``prefill_chunks``)."""
+PREFILL_MIN_ROWS = 4
+"""... and always to at least this many rows: a forward pass has a cost of its own, whatever its size."""
+
+
+def prefill_chunks(lengths: list[int]) -> list[list[int]]:
+    """Cut prompts of ascending ``lengths`` into consecutive chunks whose left padding wastes at most
+    ``PREFILL_WASTE`` - 1 of the chunk's positions, once a chunk has ``PREFILL_MIN_ROWS`` rows."""
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    real = 0
+    for i, n in enumerate(lengths):
+        if len(chunk) >= PREFILL_MIN_ROWS and (len(chunk) + 1) * n > PREFILL_WASTE * (real + n):
+            chunks.append(chunk)
+            chunk, real = [], 0
+        chunk.append(i)
+        real += n
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
 class HFPolicy(LoraAdapterMixin):
     """Generation and differentiable log-probs for several roles sharing one causal LM base.
 
@@ -100,6 +124,9 @@ class HFPolicy(LoraAdapterMixin):
         self.lora = lora
         self.max_batch_size = max_batch_size
         self.share_prefill = True  # identical prompts of a micro-batch prefilled once (False: each alone)
+        # prompts of unlike lengths prefilled in chunks of like lengths (prefill_chunks), where the cache
+        # is one transformers' dynamic cache can join (False: one left-padded prefill of the whole batch)
+        self.chunk_prefill = True
         self.adapter_names: list[str] = []
         self._trainable: set[str] = set()
         self._params: dict[str | None, dict[str, torch.nn.Parameter]] = {}
@@ -266,6 +293,8 @@ class HFPolicy(LoraAdapterMixin):
 
         ids, mask = padded(unique)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each row counts from its first token
+        order = sorted(range(len(unique)), key=lambda i: len(unique[i]))
+        chunks = prefill_chunks([len(unique[i]) for i in order]) if self.chunk_prefill else []
         sample = temperature > 0
         scale = temperature if sample else 1.0
         generators = row_generators(seeds) if sample and seeds and any(x is not None for x in seeds) else None
@@ -276,11 +305,17 @@ class HFPolicy(LoraAdapterMixin):
         finished = [False] * len(prompts)
         alive = list(range(len(prompts)))  # original row of each live batch row
         with self._use(adapter):
-            out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep_last
-            )
-            cache = getattr(out, self._cache_kw)
-            logits = out.logits[:, -1]
+            joined = None
+            if len(chunks) > 1:  # prompts of unlike lengths: each chunk prefilled at its own width
+                joined = self._chunked_prefill(ids, mask, positions, order, chunks, keep_last)
+            if joined is not None:
+                cache, logits = joined
+            else:
+                out = self.model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep_last
+                )
+                cache = getattr(out, self._cache_kw)
+                logits = out.logits[:, -1]
             if len(unique) < len(prompts):
                 rows = torch.tensor(source, device=device)
                 cache.batch_select_indices(rows)
@@ -328,6 +363,50 @@ class HFPolicy(LoraAdapterMixin):
             )
             for row, p in enumerate(prompts)
         ]
+
+    def _chunked_prefill(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        order: list[int],
+        chunks: list[list[int]],
+        keep_last: dict[str, int],
+    ) -> tuple[Any, torch.Tensor] | None:
+        """Prefill the left-padded rows ``ids`` chunk by chunk (``chunks``: positions in ``order``, each
+        chunk's rows cut to their own longest prompt), then join the chunks' caches into one cache of the
+        whole width, left-padded (the padding masked as before): the decode loop cannot tell it from one
+        prefill of the whole batch, and no compute is spent on the padding of short prompts. None (and
+        ``chunk_prefill`` turned off) where the model's cache is not transformers' plain dynamic cache."""
+        width = ids.shape[1]
+        caches, logits, rows = [], [], []
+        for chunk in chunks:
+            idx = [order[k] for k in chunk]
+            w = int(mask[idx].sum(-1).max())
+            out = self.model(
+                input_ids=ids[idx, width - w :],
+                attention_mask=mask[idx, width - w :],
+                position_ids=positions[idx, width - w :],
+                use_cache=True,
+                **keep_last,
+            )
+            cache = getattr(out, self._cache_kw)
+            layers = getattr(cache, "layers", None)
+            if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+                self.chunk_prefill = False  # e.g. a sliding-window cache: one prefill of the batch
+                return None
+            caches.append((cache, w))
+            logits.append(out.logits[:, -1])
+            rows += idx
+        joined = caches[0][0]
+        for layer_idx, layer in enumerate(joined.layers):
+            for name in ("keys", "values"):
+                parts = [F.pad(getattr(c.layers[layer_idx], name), (0, 0, width - w, 0)) for c, w in caches]
+                setattr(layer, name, torch.cat(parts, dim=0))
+        back = torch.empty(len(rows), dtype=torch.long, device=ids.device)
+        back[torch.tensor(rows, device=ids.device)] = torch.arange(len(rows), device=ids.device)
+        joined.batch_select_indices(back)  # rows back in the batch's order
+        return joined, torch.cat(logits)[back]
 
     def token_logprobs(
         self,

@@ -17,6 +17,7 @@ what differs is only the adapters that sampled it.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import queue
 import random
@@ -73,6 +74,10 @@ class Played:
     result: ShardResult
     version: int
     wait_s: float  # how long the driver waited for it
+
+
+WORKER_NICE = 10
+"""How much lower the rollout worker process's scheduling priority is than the trainer's (``os.nice``)."""
 
 
 class RolloutWorkerFailed(RuntimeError):
@@ -141,6 +146,9 @@ class _WorkerProcess:
 def _worker_main(fd: int) -> None:
     """The child's loop: build the worker from the config sent first, then play each plan sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
+    # the trainer's update is the longer side where both compete for the cores (and the evaluation after
+    # SFT runs beside the first rollout): the worker and its sandbox processes yield to it
+    os.nice(WORKER_NICE)
     conn = Connection(fd)
     path, cfg = pickle.loads(conn.recv_bytes())
     sys.path[:] = path
