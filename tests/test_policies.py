@@ -307,6 +307,35 @@ def test_prompts_of_unlike_lengths_are_prefilled_in_chunks_with_the_same_result(
         policy.model.forward = forward  # type: ignore[method-assign]
 
 
+def test_generation_on_merged_weights_matches_the_adapter_and_restores_the_base_exactly(built: Path) -> None:
+    """With merge_for_decode the adapter is merged into the base for a micro-batch's generation: the same
+    completions and log-probs as the LoRA forward (which scoring and training keep using), and the base
+    weights are bit for bit what they were, with no in-place write, however many micro-batches merged."""
+    policy = _policy(built, "coder", "tester")
+    _perturb(policy, "coder", seed=4)
+    _perturb(policy, "tester", seed=5)
+    base = {k: v.detach().clone() for k, v in policy.base.named_parameters()}
+    version = policy.weights_version(None)
+    prompts = [p for p, _ in _copy_corpus(12, seed=11)]
+    requests = [
+        GenerationRequest(p, adapter, 8, temperature, seed=i)
+        for i, p in enumerate(prompts)
+        for adapter in ("coder", "tester", None)
+        for temperature in (1.0, 0.0)
+    ]
+    assert policy.merge_for_decode  # a tiny base: on by default
+    merged = policy.generate(requests)
+    policy.merge_for_decode = False
+    plain = policy.generate(requests)
+    for a, b in zip(merged, plain, strict=True):
+        assert a.completion_ids == b.completion_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert all(torch.equal(v, base[k]) for k, v in policy.base.named_parameters())
+    assert policy.weights_version(None) == version  # no in-place write: a vLLM copy stays valid
+    scored, _ = policy.token_logprobs("coder", [merged[0].prompt_ids], [merged[0].completion_ids], 1.0)
+    assert scored[0, : len(merged[0].logprobs)].tolist() == pytest.approx(merged[0].logprobs, abs=1e-4)
+
+
 def test_exponential_race_samples_each_token_with_its_probability() -> None:
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
     n = 20000

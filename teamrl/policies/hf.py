@@ -61,6 +61,8 @@ def exponential_race(logprobs: torch.Tensor, generators: list[torch.Generator]) 
     return (logprobs.double() - noise.to(logprobs.device).log()).argmax(-1, keepdim=True)
 
 
+MERGE_MAX_PARAMETERS = 50_000_000
+"""Bases up to this size generate with the adapter merged in (``HFPolicy.merge_for_decode``)."""
 PREFILL_WASTE = 1.25
 """A prefill chunk grows while its padded size (rows x longest prompt) stays within this factor of its
 real tokens (``prefill_chunks``)."""
@@ -127,6 +129,10 @@ class HFPolicy(LoraAdapterMixin):
         # prompts of unlike lengths prefilled in chunks of like lengths (prefill_chunks), where the cache
         # is one transformers' dynamic cache can join (False: one left-padded prefill of the whole batch)
         self.chunk_prefill = True
+        # generation on the base weights with the adapter merged in (hf_weights._merged), for models whose
+        # LoRA-wrapped weights are small enough to keep a copy of: a tiny model's decode step is dominated
+        # by the calls of the LoRA matmuls, a large one's memory by the copy
+        self.merge_for_decode = sum(p.numel() for p in model.parameters()) <= MERGE_MAX_PARAMETERS
         self.adapter_names: list[str] = []
         self._trainable: set[str] = set()
         self._params: dict[str | None, dict[str, torch.nn.Parameter]] = {}
@@ -304,7 +310,7 @@ class HFPolicy(LoraAdapterMixin):
         logprobs: list[list[float]] = [[] for _ in prompts]
         finished = [False] * len(prompts)
         alive = list(range(len(prompts)))  # original row of each live batch row
-        with self._use(adapter):
+        with self._use(adapter), self._merged(adapter):  # the decode loop on merged weights
             joined = None
             if len(chunks) > 1:  # prompts of unlike lengths: each chunk prefilled at its own width
                 joined = self._chunked_prefill(ids, mask, positions, order, chunks, keep_last)

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from peft.tuners.lora import LoraLayer
 from peft.utils import load_peft_weights
 from transformers import PreTrainedModel
 
@@ -274,6 +275,38 @@ class LoraAdapterMixin:
                         f"adapter {name!r} expects {tuple(param.shape)}"
                     )
                 param.copy_(weights[key])
+
+    @contextmanager
+    def _merged(self, adapter: str | None) -> Iterator[None]:
+        """Inside :meth:`_use`: the block runs on base weights with ``adapter``'s LoRA merged in and the
+        adapters off (a decode step then runs one matmul per projection, not three), when
+        ``merge_for_decode`` is on. The merged weights are new tensors swapped in and the originals swapped
+        back: the base is untouched, bit for bit and in its in-place write counts (``weights_version``)."""
+        model = self.model
+        if (
+            adapter is None
+            or not getattr(self, "merge_for_decode", False)
+            or not isinstance(model, PeftModel)
+        ):
+            yield
+            return
+        layers = [m for m in model.modules() if isinstance(m, LoraLayer) and adapter in m.lora_A]
+        if any(m.lora_bias.get(adapter) or adapter in m.lora_variant for m in layers):
+            yield  # a LoRA bias or variant (DoRA) is not merged here
+            return
+        bases = [cast(torch.nn.Linear, m.get_base_layer()) for m in layers]
+        originals = [base.weight.data for base in bases]
+        try:
+            with torch.no_grad():
+                for m, base, weight in zip(layers, bases, originals, strict=True):
+                    delta = cast(Any, m).get_delta_weight(adapter)  # B @ A x scaling, as peft merges it
+                    base.weight.data = weight + delta.to(weight.dtype)
+            with model.disable_adapter():
+                yield
+        finally:
+            for base, weight in zip(bases, originals, strict=True):
+                base.weight.data = weight
+            self._apply_trainable()  # peft's re-enabling of the adapters flips requires_grad flags
 
     @contextmanager
     def _use(self, adapter: str | None) -> Iterator[None]:

@@ -509,7 +509,8 @@ class Trainer:
                 tokens = self.engine.stats.generated_tokens - tokens0
                 st.rl_tokens += tokens
                 update_start = time.perf_counter()
-                stats = self.update(episodes, phase.roles, played.result.ref_logprobs if self.ahead else None)
+                ref = (played.result.ref_logprobs,) if self.ahead else ()  # computed by the rollout worker
+                stats = self.update(episodes, phase.roles, *ref)
                 update_s = time.perf_counter() - update_start
                 st.step += 1
                 st.phase_iteration += 1
