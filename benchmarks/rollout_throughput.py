@@ -15,11 +15,13 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from teamrl.config import load_config
 from teamrl.engine.engine import Engine
+from teamrl.policies import GenerationRequest
 from teamrl.trainer.build import build_policies, build_sandbox, build_suite, build_team
 from teamrl.workflows.pipeline import pipeline
 
@@ -40,6 +42,42 @@ def measure(cfg, policies, sandbox, tasks, max_concurrency: int) -> dict[str, fl
         "mean_batch": engine.stats.mean_batch,
         "solved": sum(bool(e.verifier.get("solved")) for e in episodes) / len(episodes),
     }
+
+
+def ceiling(cfg, policies, sandbox, tasks, concurrency: int) -> dict[str, float]:
+    """The engine's own micro-batches replayed with plain batched generation: once as they ran (natural
+    lengths: every row stops at EOS) and once with every row forced to its ``max_new_tokens`` (EOS
+    ignored), the ceiling of batched decoding on this work. Tokens/s of each, with the engine's."""
+    recorded: list[tuple[Any, list[GenerationRequest]]] = []
+    originals = {name: p.generate for name, p in policies.items()}
+    for name, policy in policies.items():
+
+        def spy(requests, policy=policy, generate=originals[name]):
+            recorded.append((policy, list(requests)))
+            return generate(requests)
+
+        policy.generate = spy
+    try:
+        engine = measure(cfg, policies, sandbox, tasks, max_concurrency=concurrency)
+    finally:
+        for name, policy in policies.items():
+            policy.generate = originals[name]
+    out = {"engine_tokens_per_s": engine["tokens_per_s"]}
+    for label, force in (("natural", False), ("forced", True)):
+        tokens, start = 0, time.perf_counter()
+        for policy, requests in recorded:
+            eos = policy._eos_ids
+            if force:
+                policy._eos_ids = [-1]  # no token ends a row: every row decodes max_new_tokens
+            try:
+                tokens += sum(len(g.completion_ids) for g in policy.generate(requests))
+            finally:
+                policy._eos_ids = eos
+        wall = time.perf_counter() - start
+        out[f"{label}_tokens"], out[f"{label}_s"], out[f"{label}_tokens_per_s"] = tokens, wall, tokens / wall
+    out["engine_over_forced"] = out["engine_tokens_per_s"] / out["forced_tokens_per_s"]
+    out["engine_over_natural"] = out["engine_tokens_per_s"] / out["natural_tokens_per_s"]
+    return out
 
 
 def _wall(r: dict[str, float]) -> float:
@@ -69,6 +107,12 @@ def main() -> None:
             runs[arm].append(measure(cfg, policies, sandbox, tasks, max_concurrency=concurrency))
     engine, unchunked, naive = (sorted(runs[a], key=_wall)[(len(runs[a]) - 1) // 2] for a in arms)  # medians
     ratio = engine["tokens_per_s"] / naive["tokens_per_s"]
+    roof = ceiling(cfg, policies, sandbox, tasks, args.episodes)
+    print(
+        f"the engine's micro-batches replayed: natural lengths {roof['natural_tokens_per_s']:.0f} tokens/s, "
+        f"forced to max_new_tokens {roof['forced_tokens_per_s']:.0f} tokens/s (the ceiling); the engine "
+        f"{roof['engine_over_natural']:.2f} of the first, {roof['engine_over_forced']:.2f} of the ceiling"
+    )
     print(f"{'':30}{'episodes':>9}{'tokens':>9}{'wall s':>9}{'tokens/s':>10}{'mean batch':>12}")
     rows = (
         ("naive loop", naive),
@@ -85,6 +129,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"engine": engine, "engine_unchunked_prefill": unchunked, "naive": naive, "ratio": ratio}
     result["walls_s"] = {arm: [r["wall_s"] for r in rs] for arm, rs in runs.items()}
+    result["ceiling"] = roof
     out.write_text(
         json.dumps({**result, "chunked_prefill_gain": chunking, "threads": cfg.run.threads}, indent=2)
     )

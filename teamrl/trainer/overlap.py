@@ -204,15 +204,9 @@ def _play(worker: RolloutWorker, weights: AdapterWeights, plan: RolloutPlan) -> 
     return result
 
 
-def _same_iteration(a: RolloutPlan, b: RolloutPlan) -> bool:
+def _iteration(plan: RolloutPlan) -> tuple[Any, ...]:
     # tasks are the suite's objects (not always comparable): a step's tasks follow from its seed
-    return (a.step, a.train, a.share, a.group_size, a.seed_key) == (
-        b.step,
-        b.train,
-        b.share,
-        b.group_size,
-        b.seed_key,
-    )
+    return (plan.step, plan.train, plan.share, plan.group_size, plan.seed_key)
 
 
 class RolloutsAhead:
@@ -266,8 +260,10 @@ class RolloutsAhead:
         """``plan``'s episodes: the ones played ahead for its step and roles if they were submitted (with the
         tasks drawn then: ``Played.plan``), else played now with the adapters as they are. Anything submitted
         before it and not taken is dropped."""
-        while self._queue and not _same_iteration(self._queue[0][0], plan):
-            self._queue.popleft()[2].cancel()  # a plan that no longer follows (e.g. the schedule changed)
+        while self._queue and _iteration(self._queue[0][0]) != _iteration(plan):
+            # a plan that no longer follows: if it was never sent, nor were the weights it carried
+            if self._queue.popleft()[2].cancel():
+                self._held = {}  # so the next plan carries every adapter
         if not self._queue:
             self.submit(plan, version)
         queued, played_at, future = self._queue.popleft()
@@ -284,7 +280,7 @@ class RolloutsAhead:
         """Stop the worker without waiting for what it is playing (nothing taken is lost)."""
         for _, _, future in self._queue:
             future.cancel()
-        self._queue.clear()
+        self._queue.clear()  # the process goes too: what it holds no longer matters
         if self._process is not None:
             self._process.close()
             self._process = None
