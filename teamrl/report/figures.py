@@ -312,6 +312,7 @@ def team_off_policy(run: Run) -> bytes | None:
         xs, ys = series(rl, "train/staleness")
         left.step(xs, ys, where="mid", color="#555555", label="staleness")
         left.set_ylim(bottom=0)
+        left.yaxis.get_major_locator().set_params(integer=True)  # whole updates
     left.set_ylabel("updates between sampling and learning")
     for role in roles:
         color = role_color(run.roles, role)
