@@ -296,16 +296,12 @@ class Config(Strict):
                 f"{self.algorithm.group_size} (a whole group per role) or pick another reward.credit"
             )
         if self.run.async_rollouts:
-            why = (
-                "counterfactual credit replays episodes with this process's adapters, newer than those that "
-                "played them"
-                if "counterfactual" in functions
-                else "recipe population seats its pool's snapshots in this process"
-                if self.recipe.name == "population"
-                else "the Ray backend plays its rollouts on its own workers"
-                if self.run.backend == "ray"
-                else None
-            )
+            unsupported = [
+                ("counterfactual" in functions, "counterfactual credit replays with newer adapters"),
+                (self.recipe.name == "population", "recipe population seats snapshots in this process"),
+                (self.run.backend == "ray", "the Ray backend plays its rollouts on its own workers"),
+            ]
+            why = next((why for applies, why in unsupported if applies), None)
             if why is not None:
                 raise ValueError(
                     f"run.async_rollouts={self.run.async_rollouts} is not supported here: {why}; set 0"

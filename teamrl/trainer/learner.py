@@ -174,14 +174,15 @@ class Learner:
                     {f"train/{role}/{k}": v for k, v in self._correct_off_policy(policy, role, items).items()}
                 )
             if a.kl_coef > 0:
-                known = ref_logprobs or {}
+                known = ref_logprobs or {}  # where the rollout worker scored them already
                 missing = [s for key, s in zip(keys, items, strict=True) if key not in known]
+                if missing:
+                    scored = score_turns(self.cfg, policy, role, [s.turn for s in missing], ref_adapter(role))
+                    for s, ref in zip(missing, scored, strict=True):
+                        s.ref_logprobs = ref
                 for key, s in zip(keys, items, strict=True):
-                    s.ref_logprobs = known.get(key, [])
-                turns_left = [s.turn for s in missing]
-                scored = score_turns(self.cfg, policy, role, turns_left, ref_adapter(role)) if missing else []
-                for s, ref in zip(missing, scored, strict=True):
-                    s.ref_logprobs = ref
+                    if key in known:
+                        s.ref_logprobs = known[key]
             policy.set_trainable([role])
             policy.model.train()
             opt = self.optimizer(role)

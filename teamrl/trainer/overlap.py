@@ -287,10 +287,15 @@ class RolloutsAhead:
         self._held = {}
 
 
+def iteration_seed(cfg: Config, step: int) -> int:
+    """The seed of RL iteration ``step``: its tasks are drawn from it, and the trainer seeds torch with it."""
+    return cfg.run.seed * 1_000_003 + step
+
+
 def plan_iteration(cfg: Config, suite: Any, phase: Phase, step: int) -> RolloutPlan:
     """What RL iteration ``step`` of ``phase`` plays: its tasks (drawn from the step's seed), the frozen
     roles whose turns a group shares, the roles it trains, its sampling seeds."""
-    seed = cfg.run.seed * 1_000_003 + step
+    seed = iteration_seed(cfg, step)
     tasks = suite.sample("train", cfg.algorithm.tasks_per_iteration, random.Random(seed))
     share = [r for r in cfg.role_order() if r not in phase.roles and cfg.algorithm.share_frozen_turns]
     return RolloutPlan(

@@ -54,7 +54,7 @@ from teamrl.trainer.checkpoints import (
 from teamrl.trainer.faults import fault_point
 from teamrl.trainer.learner import Learner
 from teamrl.trainer.live import LiveTable
-from teamrl.trainer.overlap import RolloutsAhead, plan_iteration, play_ahead
+from teamrl.trainer.overlap import RolloutsAhead, iteration_seed, plan_iteration, play_ahead
 from teamrl.trainer.run_dir import JsonlLog, RestoredRows, rows_at_checkpoint, write_jsonl
 from teamrl.trainer.run_lock import RunLock
 from teamrl.trainer.summary import summarize
@@ -469,7 +469,6 @@ class Trainer:
             st.evals.append(self.evaluate("after_sft", save_episodes=True))
             self.log_metrics({"step": 0, **sft_stats, **_numeric(st.evals[-1])})
             self._checkpoint_and_maybe_stop()
-        rng_base = cfg.run.seed * 1_000_003
         for index in range(st.phase, len(phases)):
             phase = phases[index]
             before = self.fingerprints()
@@ -481,7 +480,7 @@ class Trainer:
             )
             while st.phase_iteration < phase.iterations and not self._budget_spent():
                 start = time.perf_counter()
-                torch.manual_seed(rng_base + st.step)
+                torch.manual_seed(iteration_seed(cfg, st.step))
                 plan = plan_iteration(cfg, self.suite, phase, st.step)
                 tokens0, gen0 = self.engine.stats.generated_tokens, self.engine.stats.generate_s
                 ahead: dict[str, float] = {}
@@ -493,8 +492,8 @@ class Trainer:
                     ahead = {
                         "train/staleness": st.step - played.version,
                         "perf/rollout_wait_s": played.wait_s,
+                        "perf/rollout_play_s": played.result.play_s,
                     }
-                    ahead["perf/rollout_play_s"] = played.result.play_s
                 else:
                     with self.team.seated(self.hooks.seats(phase) if self.hooks is not None else {}):
                         self.training_roles = phase.roles  # counterfactual credit replays them
