@@ -256,6 +256,12 @@ def test_python_api_writes_a_run_dir_and_eval_reads_it_back(tmp_path):
     again = evaluate_run(run_dir, episodes=8)
     assert again["return/mean"] == pytest.approx(summary["eval"]["return/mean"])  # deterministic, same seed
     assert json.loads((run_dir / "eval.json").read_text())["policy"] == "deterministic"
+    # the sampled policy (EPyMARL's protocol): its own file, seeded, the deterministic record kept
+    sampled = evaluate_run(run_dir, episodes=8, sampled=True)
+    assert sampled["policy"] == "sampled" and sampled["returns"] != again["returns"]
+    assert evaluate_run(run_dir, episodes=8, sampled=True)["returns"] == sampled["returns"]
+    assert json.loads((run_dir / "eval_sampled.json").read_text())["policy"] == "sampled"
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == again["returns"]
 
 
 def test_cli_train_and_eval(tmp_path, capsys):
@@ -279,6 +285,8 @@ def test_cli_train_and_eval(tmp_path, capsys):
     assert "summed over all agents" in out and "4 episodes" in out
     assert main(["marl", "eval", str(tmp_path / "r"), "--episodes", "4"]) == 0
     assert "ippo on simple_spread" in capsys.readouterr().out
+    assert main(["marl", "eval", str(tmp_path / "r"), "--episodes", "4", "--sampled"]) == 0
+    assert "sampled policy" in capsys.readouterr().out and (tmp_path / "r" / "eval_sampled.json").is_file()
 
 
 @pytest.mark.parametrize(

@@ -223,7 +223,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     critics = nn.ModuleList(
         [Critic(g.own_dim + state_dim, critic_hidden, cfg.activation, cfg.recurrent) for g in groups]
     )
-    optimizer = torch.optim.Adam([*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5)
+    optimizer = torch.optim.Adam(
+        [*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5, foreach=True
+    )
     imag = None
     if cfg.model is not None:
         check_env(env, cfg.centralised_critic or cfg.centralised_actor)
@@ -475,8 +477,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                             stats.setdefault(key, []).append(float(val))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_(actors.parameters(), cfg.max_grad_norm)
-                nn.utils.clip_grad_norm_(critics.parameters(), cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(actors.parameters(), cfg.max_grad_norm, foreach=True)
+                nn.utils.clip_grad_norm_(critics.parameters(), cfg.max_grad_norm, foreach=True)
                 optimizer.step()
 
         # ---- log, checkpoint

@@ -347,13 +347,20 @@ def resume_run(
     return _run(module, cfg, resolved, run_dir, episodes, show_progress, print_table, resume=checkpoint)
 
 
+SAMPLED_EVAL_FILE = "eval_sampled.json"
+
+
 def evaluate_run(
     run_dir: str | Path,
     episodes: int = 50,
     train_stats: dict[str, float] | None = None,
     print_table: bool = False,
+    sampled: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate a run's ``checkpoint.pt`` with the deterministic policy; writes and returns ``eval.json``."""
+    """Evaluate a run's ``checkpoint.pt`` with the deterministic policy; writes and returns ``eval.json``.
+    ``sampled``: actions sampled from the policy (seeded) instead, as EPyMARL evaluates its actor-critic
+    methods (where a deterministic policy can deadlock, as on Level-Based Foraging); written to
+    ``eval_sampled.json``, the deterministic record kept."""
     import torch
 
     from teamrl.marl.evaluate import evaluate
@@ -364,7 +371,9 @@ def evaluate_run(
     module, _ = algorithm(resolved["algorithm"])
     torch.set_num_threads(int(resolved["config"].get("threads", 1)))
     checkpoint = torch.load(ckpt_path, weights_only=False, mmap=True)  # a replay in it is mapped, not read
-    actor = module.make_actor(checkpoint, deterministic=True)
+    if sampled:
+        torch.manual_seed(EVAL_SEED)  # the same samples every time
+    actor = module.make_actor(checkpoint, deterministic=not sampled)
     env = make_env_factory(resolved["env"], resolved["env_kwargs"])(min(episodes, 256), EVAL_SEED)
     try:
         result: dict[str, Any] = evaluate(actor, env, episodes, seed=EVAL_SEED)
@@ -373,18 +382,19 @@ def evaluate_run(
         env.close()
     if isinstance(record, dict):
         atomic_write_text(run_dir / RECORD_FILE, json.dumps(record))
+    out_file = run_dir / (SAMPLED_EVAL_FILE if sampled else "eval.json")
     if train_stats is None:
         old = run_dir / "eval.json"
         train_stats = json.loads(old.read_text()).get("train", {}) if old.is_file() else {}
     result.update(
         algorithm=resolved["algorithm"],
         env=resolved["env"],
-        policy="deterministic",
+        policy="sampled" if sampled else "deterministic",
         env_steps=int(checkpoint.get("env_steps", train_stats.get("env_steps", 0))),
         definition=RETURN_DEFINITION,
         train=train_stats,
     )
-    atomic_write_text(run_dir / "eval.json", json.dumps(result, indent=1))
+    atomic_write_text(out_file, json.dumps(result, indent=1))
     if print_table:
         result_table(result, run_dir)
     return result
@@ -412,7 +422,8 @@ def result_table(result: dict[str, Any], run_dir: Path) -> None:
     console = Console()
     console.print(table)
     console.print(
-        "return: undiscounted episode return summed over all agents, deterministic policy; "
+        "return: undiscounted episode return summed over all agents, "
+        f"{result.get('policy', 'deterministic')} policy; "
         "agent-steps/s: training throughput, updates included"
     )
     console.print(f"run written to [bold]{run_dir}[/bold]")
@@ -480,7 +491,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    evaluate_run(args.run_dir, args.episodes, print_table=True)
+    evaluate_run(args.run_dir, args.episodes, print_table=True, sampled=args.sampled)
     return 0
 
 
@@ -543,4 +554,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = msub.add_parser("eval", help="evaluate a run's checkpoint with the deterministic policy")
     p.add_argument("run_dir")
     p.add_argument("--episodes", type=int, default=50)
+    p.add_argument(
+        "--sampled",
+        action="store_true",
+        help="sample actions from the policy (seeded; EPyMARL's protocol for actor-critic methods) instead "
+        "of the deterministic policy; written to eval_sampled.json",
+    )
     p.set_defaults(func=cmd_eval)
