@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from teamrl.protocol.settings import Strict
 
@@ -33,6 +33,15 @@ class AlgorithmConfig(Strict):
         "from a centralised critic that reads the whole team transcript",
     )
     group_size: int = Field(8, ge=2, description="G episodes per task")
+    greedy_episodes: int = Field(
+        0,
+        ge=0,
+        description="of each task's G training episodes, this many decode the trained roles' turns at "
+        "temperature 0 (the group's greedy anchor; the frozen roles' turns are as in the others): the "
+        "greedy path joins its group's comparison, pushed down where it does worse than the samples and "
+        "kept where it does better, so that RL moves the greedy policy too. Learned on-policy from the "
+        "learner's own log-probs (importance weight 1)",
+    )
     tasks_per_iteration: int = Field(8, ge=1)
     lr: float = Field(5e-4, gt=0)
     clip_low: float = Field(0.2, gt=0, lt=1)
@@ -81,3 +90,12 @@ class AlgorithmConfig(Strict):
     gamma: float = Field(1.0, ge=0, le=1, description="ppo_critic: discount per turn of the role")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo_critic: GAE's lambda over the role's turns")
     critic: CriticConfig = Field(default_factory=CriticConfig)
+
+    @model_validator(mode="after")
+    def _greedy_fits(self) -> AlgorithmConfig:
+        if self.greedy_episodes >= self.group_size:
+            raise ValueError(
+                f"greedy_episodes ({self.greedy_episodes}) must be below group_size ({self.group_size}): "
+                "a group needs sampled episodes beside its greedy anchor"
+            )
+        return self

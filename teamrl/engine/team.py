@@ -56,13 +56,18 @@ class EpisodeSeeds:
 
 
 _EPISODE_SEEDS: ContextVar[EpisodeSeeds | None] = ContextVar("teamrl_episode_seeds", default=None)
+_EPISODE_GREEDY: ContextVar[bool] = ContextVar("teamrl_episode_greedy", default=False)
 
 
-async def seeded(episode: Awaitable[T], seeds: EpisodeSeeds | None) -> T:
+async def seeded(episode: Awaitable[T], seeds: EpisodeSeeds | None, greedy: bool = False) -> T:
     """Await ``episode`` (a workflow coroutine) with its model turns sampled from ``seeds``; run it as its
-    own asyncio task (``Engine.run`` does) so that the seeds stay with this episode."""
+    own asyncio task (``Engine.run`` does) so that the seeds stay with this episode. ``greedy``: the turns
+    of the roles being trained (:meth:`Team.train_turns`) are decoded at temperature 0 instead (the
+    group's greedy anchor, ``algorithm.greedy_episodes``)."""
     if seeds is not None:
         _EPISODE_SEEDS.set(seeds)
+    if greedy:
+        _EPISODE_GREEDY.set(True)
     return await episode
 
 
@@ -155,7 +160,9 @@ class Team:
         seed = None
         if seeds is not None:
             seed = derive_seed(seeds.rollout, "shared", role, prompt, sample) if shared else seeds.next()
-        request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, seat.temperature, seed)
+        greedy = _EPISODE_GREEDY.get() and role in self.trained_roles and not shared
+        temperature = 0.0 if greedy else seat.temperature
+        request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, temperature, seed)
         reused = False
         if shared:
             key = (role, prompt, sample)
@@ -188,6 +195,7 @@ class Team:
             logprobs=gen.logprobs,
             finished=gen.finished,
             reused=reused,
+            greedy=greedy,
         )
         return parsed_turn(turn, kind)
 

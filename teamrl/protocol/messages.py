@@ -45,6 +45,11 @@ class Turn(BaseModel):
         default=False,
         description="a frozen role's turn sampled once and shared by a group's episodes (not generated here)",
     )
+    greedy: bool = Field(
+        default=False,
+        description="decoded at temperature 0 (its group's greedy anchor, algorithm.greedy_episodes): its "
+        "log-probs are not the sampling policy's",
+    )
 
 
 class Candidate(BaseModel):

@@ -167,6 +167,13 @@ class Learner:
                 continue
             if anchor:
                 stats[f"train/{role}/anchored_turns"] = float(sum(abs(s.advantage) <= 1e-8 for s in items))
+            greedy = [s for s in items if s.turn.greedy]
+            if greedy:  # a greedy anchor's log-probs are not the sampler's: PPO's ratio starts from ours
+                for s, prox in zip(
+                    greedy, score_turns(self.cfg, policy, role, [s.turn for s in greedy]), strict=True
+                ):
+                    s.old_logprobs = prox
+                stats[f"train/{role}/greedy_turns"] = float(len(greedy))
             if self.cfg.run.async_rollouts or policy.generation_backend is not None:
                 # The episodes were sampled by another policy than the one updated: adapters some updates
                 # old (async rollouts), or vLLM's kernels (before vLLM 0.10.2 also without temperature).
