@@ -287,6 +287,13 @@ def test_cli_train_and_eval(tmp_path, capsys):
     assert "ippo on simple_spread" in capsys.readouterr().out
     assert main(["marl", "eval", str(tmp_path / "r"), "--episodes", "4", "--sampled"]) == 0
     assert "sampled policy" in capsys.readouterr().out and (tmp_path / "r" / "eval_sampled.json").is_file()
+    # a checkpoint whose settings this version does not know: one clear line, no trace
+    ckpt = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)
+    ckpt["config"]["entropy_schedule"] = "cosine"
+    torch.save(ckpt, tmp_path / "r" / "checkpoint.pt")
+    assert main(["marl", "eval", str(tmp_path / "r"), "--episodes", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "settings do not fit this teamrl (entropy_schedule: Extra inputs" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(

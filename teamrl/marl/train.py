@@ -373,7 +373,15 @@ def evaluate_run(
     checkpoint = torch.load(ckpt_path, weights_only=False, mmap=True)  # a replay in it is mapped, not read
     if sampled:
         torch.manual_seed(EVAL_SEED)  # the same samples every time
-    actor = module.make_actor(checkpoint, deterministic=not sampled)
+    try:
+        actor = module.make_actor(checkpoint, deterministic=not sampled)
+    except ValidationError as exc:  # a checkpoint written by another version, or edited by hand
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(
+            f"{ckpt_path}: its {resolved['algorithm']} settings do not fit this teamrl "
+            f"({where}: {first['msg']})"
+        ) from exc
     env = make_env_factory(resolved["env"], resolved["env_kwargs"])(min(episodes, 256), EVAL_SEED)
     try:
         result: dict[str, Any] = evaluate(actor, env, episodes, seed=EVAL_SEED)
