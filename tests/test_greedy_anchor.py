@@ -6,6 +6,7 @@ import pytest
 from teamrl.config import load_config
 from teamrl.engine.engine import Engine
 from teamrl.engine.team import Seat, Team, seeded
+from teamrl.policies import GenerationRequest
 from teamrl.policies.scripted import ScriptedPolicy
 from teamrl.recipes import Phase
 from teamrl.trainer.overlap import plan_iteration
@@ -93,8 +94,6 @@ def test_the_anchor_is_played_greedily_and_learned_from_the_learner_s_log_probs(
         # log p <= 0 and the same prompt decoded again greedily gives the same tokens
         anchor = coder[0][0]
         policy = trainer.policy_of("coder")
-        from teamrl.policies import GenerationRequest
-
         again = policy.generate([GenerationRequest(anchor.prompt, "coder", len(anchor.completion_ids), 0.0)])[
             0
         ]
@@ -108,5 +107,35 @@ def test_the_anchor_is_played_greedily_and_learned_from_the_learner_s_log_probs(
         # the learner scored exactly the anchors' turns under the current adapter, at the role's temperature
         assert len(scored) == 1 and all(t.greedy for t in scored[0][0]) and len(scored[0][0]) == greedy_turns
         assert stats["train/coder/turns"] >= greedy_turns
+    finally:
+        trainer.close()
+
+
+def test_with_off_policy_correction_the_anchor_has_weight_one(tmp_path):
+    # async rollouts (or vLLM) correct every turn by pi_prox / pi_behaviour: an anchor's recorded
+    # log-probs are greedy decoding's, so it must count as on-policy, not as a large or tiny weight
+    cfg = load_config(
+        overrides=SMALL
+        + [
+            f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
+            "algorithm.group_size=3",
+            "algorithm.greedy_episodes=1",
+            "run.async_rollouts=1",
+        ]
+    )
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        trainer.sft_roles()
+        plan = plan_iteration(trainer.cfg, trainer.suite, Phase("test", ("coder",), 1), 0)
+        trainer.training_roles = ("coder",)
+        episodes = trainer.rollout(list(plan.tasks), plan.group_size, plan.share, seed_key=plan.seed_key)
+        assert any(t.greedy for e in episodes for t in e.turns)
+        for ep in episodes:
+            ep.rewards = {role: float(ep.group) for role in trainer.team.roles}
+        stats = trainer.update(episodes, ("coder",))
+        assert stats["train/coder/greedy_turns"] > 0
+        # sampled by the adapter being updated and the anchors on-policy: every weight is 1 up to rounding
+        assert stats["train/coder/behaviour_logprob_gap"] < 1e-4
+        assert stats["train/coder/is_weight"] == pytest.approx(1.0, abs=1e-4)
     finally:
         trainer.close()

@@ -371,8 +371,6 @@ def evaluate_run(
     module, _ = algorithm(resolved["algorithm"])
     torch.set_num_threads(int(resolved["config"].get("threads", 1)))
     checkpoint = torch.load(ckpt_path, weights_only=False, mmap=True)  # a replay in it is mapped, not read
-    if sampled:
-        torch.manual_seed(EVAL_SEED)  # the same samples every time
     try:
         actor = module.make_actor(checkpoint, deterministic=not sampled)
     except ValidationError as exc:  # a checkpoint written by another version, or edited by hand
@@ -384,7 +382,10 @@ def evaluate_run(
         ) from exc
     env = make_env_factory(resolved["env"], resolved["env_kwargs"])(min(episodes, 256), EVAL_SEED)
     try:
-        result: dict[str, Any] = evaluate(actor, env, episodes, seed=EVAL_SEED)
+        with torch.random.fork_rng(enabled=sampled):  # the caller's generator left as it was
+            if sampled:
+                torch.manual_seed(EVAL_SEED)  # the same samples every time
+            result: dict[str, Any] = evaluate(actor, env, episodes, seed=EVAL_SEED)
         record = getattr(env, "first_record", None)  # an episode the env describes (the town's day)
     finally:
         env.close()

@@ -168,11 +168,7 @@ class Learner:
             if anchor:
                 stats[f"train/{role}/anchored_turns"] = float(sum(abs(s.advantage) <= 1e-8 for s in items))
             greedy = [s for s in items if s.turn.greedy]
-            if greedy:  # a greedy anchor's log-probs are not the sampler's: PPO's ratio starts from ours
-                for s, prox in zip(
-                    greedy, score_turns(self.cfg, policy, role, [s.turn for s in greedy]), strict=True
-                ):
-                    s.old_logprobs = prox
+            if greedy:
                 stats[f"train/{role}/greedy_turns"] = float(len(greedy))
             if self.cfg.run.async_rollouts or policy.generation_backend is not None:
                 # The episodes were sampled by another policy than the one updated: adapters some updates
@@ -180,6 +176,11 @@ class Learner:
                 stats.update(
                     {f"train/{role}/{k}": v for k, v in self._correct_off_policy(policy, role, items).items()}
                 )
+            elif greedy:  # a greedy anchor's log-probs are not the sampler's: PPO's ratio starts from ours
+                for s, prox in zip(
+                    greedy, score_turns(self.cfg, policy, role, [s.turn for s in greedy]), strict=True
+                ):
+                    s.old_logprobs = prox
             if a.kl_coef > 0:
                 known = ref_logprobs or {}  # where the rollout worker scored them already
                 missing = [s for key, s in zip(keys, items, strict=True) if key not in known]
@@ -268,14 +269,16 @@ class Learner:
     def _correct_off_policy(self, policy: HFPolicy, role: str, items: list[_Sample]) -> dict[str, float]:
         """Decoupled PPO with truncated importance sampling: PPO's ratio starts from the learner's log-probs
         under the current adapter (pi_prox, computed here once) and each token's loss is weighted by
-        min(pi_prox / pi_behaviour, is_cap), the behaviour log-probs being the generator's. Returns the
-        mean absolute log-prob gap per token (near 0 when the generator served the current adapter), the
-        mean truncated weight, the share of tokens truncated and the largest raw weight."""
+        min(pi_prox / pi_behaviour, is_cap), the behaviour log-probs being the generator's (a greedy
+        anchor's turns are learned on-policy: weight 1). Returns the mean absolute log-prob gap per token
+        (near 0 when the generator served the current adapter), the mean truncated weight, the share of
+        tokens truncated and the largest raw weight."""
         cap = self.cfg.algorithm.is_cap
         gap = weights = truncated = tokens = 0.0
         largest = 0.0
         for s, prox in zip(items, score_turns(self.cfg, policy, role, [s.turn for s in items]), strict=True):
-            log_w = torch.tensor(prox) - torch.tensor(s.old_logprobs[: len(prox)])
+            behaviour = prox if s.turn.greedy else s.old_logprobs[: len(prox)]
+            log_w = torch.tensor(prox) - torch.tensor(behaviour)
             raw = log_w.clamp(max=50.0).exp()
             w = raw.clamp(max=cap)
             gap += float(log_w.abs().sum())
