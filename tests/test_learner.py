@@ -80,6 +80,22 @@ def test_groups_of_equal_rewards_get_exactly_zero_and_the_batch_is_skipped():
     assert torch.equal(lrn.policies["default"].model.logits, before)
 
 
+@pytest.mark.parametrize(("pos", "neg"), [(1.0, 0.0), (1.0, 0.25), (0.1, 1.0), (0.0, 1.0)])
+def test_positive_and_negative_weights_scale_their_side_only(pos, neg):
+    eps = episodes({"t1": [1.0, 0.0, 0.5, 0.0], "t2": [0.3, 0.9, 0.1, 0.4]})
+    plain = learner().turn_advantages(eps, ("coder",))["coder"]
+    sets = (f"algorithm.positive_weight={pos}", f"algorithm.negative_weight={neg}")
+    leaning = learner(*sets).turn_advantages(eps, ("coder",))["coder"]
+    assert plain.keys() == leaning.keys()
+    assert any(v < 0 for v in plain.values()) and any(v > 0 for v in plain.values())
+    for key, value in plain.items():
+        assert leaning[key] == pytest.approx(value * (pos if value > 0 else neg))
+    # a side weighted 0 carries no policy gradient: its turns are not trained on
+    stats = learner(*sets).update(eps, ("coder",), step=0)
+    kept = sum((v > 0 and pos > 0) or (v < 0 and neg > 0) for v in plain.values())
+    assert stats["train/coder/turns"] == kept
+
+
 def test_only_the_unequal_groups_are_trained_on():
     eps = episodes({"t1": [0.7] * 4, "t2": [1.0, 0.0, 0.5, 0.0]})
     stats = learner().update(eps, ("coder",), step=0)

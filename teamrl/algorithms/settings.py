@@ -42,6 +42,21 @@ class AlgorithmConfig(Strict):
         "kept where it does better, so that RL moves the greedy policy too. Learned on-policy from the "
         "learner's own log-probs (importance weight 1)",
     )
+    positive_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="grpo, mgrpo: positive advantages (samples that beat their group) are multiplied by this",
+    )
+    negative_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="grpo, mgrpo: negative advantages (samples that lost to their group) are multiplied by "
+        "this. Both 1: plain GRPO; positive_weight < 1 leans on pushing down failures (negative-sample "
+        "reinforcement, W-REINFORCE: Zhu et al. 2025), negative_weight < 1 on reinforcing the winners "
+        "(sharper, less diverse); 0 drops that side's policy gradient",
+    )
     tasks_per_iteration: int = Field(8, ge=1)
     lr: float = Field(5e-4, gt=0)
     clip_low: float = Field(0.2, gt=0, lt=1)

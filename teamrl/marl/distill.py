@@ -220,7 +220,7 @@ def distill_run(
     try:
         cfg = Config(**(overrides or {}))
     except ValidationError as err:
-        raise ConfigError(_one_line(err, "distill", Config, {})) from None
+        raise ConfigError(_one_line(err, "distill", Config)) from None
     teacher = torch.load(ckpt_path, weights_only=False)
     make_env = make_env_factory(resolved["env"], resolved["env_kwargs"])
     try:

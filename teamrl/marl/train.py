@@ -59,7 +59,9 @@ def make_env_factory(env: str, env_kwargs: dict[str, Any]):
     return make
 
 
-def _one_line(err: ValidationError, algo: str, model: type[BaseModel], preset: dict[str, Any]) -> str:
+def _one_line(err: ValidationError, algo: str, model: type[BaseModel], prefix: str = "invalid --set") -> str:
+    """A validation error of ``algo``'s settings as one line: every error, an unknown key with the closest
+    valid one; ``prefix`` says where the settings came from."""
     valid = sorted(model.model_fields)
     parts = []
     for e in err.errors():
@@ -71,7 +73,7 @@ def _one_line(err: ValidationError, algo: str, model: type[BaseModel], preset: d
         else:
             msg = e["msg"].removeprefix("Value error, ")
             parts.append(f"{key}: {msg} (got {e.get('input')!r})")
-    return "invalid --set: " + "; ".join(parts)
+    return f"{prefix}: " + "; ".join(parts)
 
 
 def _nest(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +110,7 @@ def resolve(
     try:
         cfg = module.Config(**data)
     except ValidationError as err:
-        raise ConfigError(_one_line(err, algo, module.Config, preset)) from None
+        raise ConfigError(_one_line(err, algo, module.Config)) from None
     # fail now, not after the run directory exists, on an unknown env or env kwarg or unusable spaces
     from teamrl.marl.envs.user import check_user_env, is_import_path
 
@@ -329,7 +331,8 @@ def resume_run(
     try:
         cfg = module.Config(**{**resolved["config"], **overrides})
     except ValidationError as err:
-        raise ConfigError(_one_line(err, algo, module.Config, {})) from None
+        where = f"invalid settings for {algo} ({config_path} with the --set given)"
+        raise ConfigError(_one_line(err, algo, module.Config, where)) from None
     checkpoint = torch.load(ckpt_path, weights_only=False)
     done = int(checkpoint.get("env_steps", 0))
     if done >= cfg.total_env_steps:
@@ -374,12 +377,9 @@ def evaluate_run(
     try:
         actor = module.make_actor(checkpoint, deterministic=not sampled)
     except ValidationError as exc:  # a checkpoint written by another version, or edited by hand
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(
-            f"{ckpt_path}: its {resolved['algorithm']} settings do not fit this teamrl "
-            f"({where}: {first['msg']})"
-        ) from exc
+        algo = resolved["algorithm"]
+        where = f"{ckpt_path}: its {algo} settings do not fit this teamrl"
+        raise ConfigError(_one_line(exc, algo, module.Config, where)) from None
     env = make_env_factory(resolved["env"], resolved["env_kwargs"])(min(episodes, 256), EVAL_SEED)
     try:
         with torch.random.fork_rng(enabled=sampled):  # the caller's generator left as it was

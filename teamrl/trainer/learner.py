@@ -129,6 +129,11 @@ class Learner:
                     torch.tensor(rewards), groups, scale=self.cfg.algorithm.scale
                 )
                 out[role].update({key: float(a) for key, a in zip(keys, attempt_adv, strict=True)})
+        pos, neg = self.cfg.algorithm.positive_weight, self.cfg.algorithm.negative_weight
+        if (pos, neg) != (1.0, 1.0):
+            out = {
+                role: {k: v * (pos if v > 0 else neg) for k, v in per.items()} for role, per in out.items()
+            }
         return out
 
     # -- the update -----------------------------------------------------------------------------
