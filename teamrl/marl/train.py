@@ -543,7 +543,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--resume",
         metavar="RUN_DIR",
         help="continue RUN_DIR from its last checkpoint with its own config (--set total_env_steps=N to "
-        "train a finished run further); ippo and mappo",
+        "train a finished run further); every algorithm, its replay included for qmix, vdn and maddpg",
     )
     p.set_defaults(func=cmd_train)
     p = msub.add_parser(
