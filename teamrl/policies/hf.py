@@ -31,6 +31,7 @@ from teamrl.policies.hf_weights import LoraAdapterMixin, LoraSettings, resolve_c
 from teamrl.policies.hf_weights import _strip_adapter as _strip_adapter
 from teamrl.policies.hf_weights import resolve_device as resolve_device
 from teamrl.policies.hf_weights import resolve_dtype as resolve_dtype
+from teamrl.policies.kv_cache import preallocate
 from teamrl.policies.sft import FULL_LR, SFTSettings, sft_train, tokenize_prompts
 
 log = logging.getLogger("teamrl.policies")
@@ -129,6 +130,9 @@ class HFPolicy(LoraAdapterMixin):
         # prompts of unlike lengths prefilled in chunks of like lengths (prefill_chunks), where the cache
         # is one transformers' dynamic cache can join (False: one left-padded prefill of the whole batch)
         self.chunk_prefill = True
+        # the decode loop's KV cache in buffers with room for the completion (kv_cache.preallocate), where
+        # it is transformers' plain dynamic cache (False: grown by concatenation at every step)
+        self.preallocate_cache = True
         # generation on the base weights with the adapter merged in (hf_weights._merged), for models whose
         # LoRA-wrapped weights are small enough to keep a copy of: a tiny model's decode step is dominated
         # by the calls of the LoRA matmuls, a large one's memory by the copy
@@ -327,6 +331,8 @@ class HFPolicy(LoraAdapterMixin):
                 cache.batch_select_indices(rows)
                 logits, mask, positions = logits[rows], mask[rows], positions[rows]
             next_pos = positions[:, -1:] + 1
+            if self.preallocate_cache:
+                preallocate(cache, max_new_tokens)  # written in place, not grown by concatenation
             for step in range(max_new_tokens):
                 lp = F.log_softmax(logits.float() / scale, dim=-1)
                 if not sample:
