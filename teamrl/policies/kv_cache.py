@@ -29,9 +29,11 @@ class PreallocatedLayer(DynamicLayer):
         self._vbuf[..., : self._length, :] = values
         self._view()
 
-    def _view(self) -> None:
-        self.keys = self._kbuf[..., : self._length, :]
-        self.values = self._vbuf[..., : self._length, :]
+    def _view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Point ``keys`` / ``values`` at the filled part of the buffers, and return them."""
+        keys, values = self._kbuf[..., : self._length, :], self._vbuf[..., : self._length, :]
+        self.keys, self.values = keys, values
+        return keys, values
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -42,8 +44,7 @@ class PreallocatedLayer(DynamicLayer):
         self._kbuf[..., self._length : end, :] = key_states
         self._vbuf[..., self._length : end, :] = value_states
         self._length = end
-        self._view()
-        return self._kbuf[..., :end, :], self._vbuf[..., :end, :]
+        return self._view()
 
     def get_seq_length(self) -> int:
         return self._length
