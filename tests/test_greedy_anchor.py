@@ -58,17 +58,29 @@ def test_a_group_needs_a_sampled_episode_beside_its_anchors():
     )
 
 
+def _anchored_rollout(tmp_path, *more):
+    """A small trainer with a greedy anchor in groups of 3, its roles SFT'd, and one Coder rollout."""
+    overrides = [
+        f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
+        "algorithm.group_size=3",
+        "algorithm.greedy_episodes=1",
+        *more,
+    ]
+    trainer = Trainer(load_config(overrides=SMALL + overrides), tmp_path / "run")
+    try:
+        trainer.sft_roles()
+        plan = plan_iteration(trainer.cfg, trainer.suite, Phase("test", ("coder",), 1), 0)
+        trainer.training_roles = ("coder",)
+        episodes = trainer.rollout(list(plan.tasks), plan.group_size, plan.share, seed_key=plan.seed_key)
+    except BaseException:
+        trainer.close()
+        raise
+    return trainer, episodes
+
+
 def test_the_anchor_is_played_greedily_and_learned_from_the_learner_s_log_probs(tmp_path, monkeypatch):
     import teamrl.trainer.learner as learner_module
 
-    cfg = load_config(
-        overrides=SMALL
-        + [
-            f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
-            "algorithm.group_size=3",
-            "algorithm.greedy_episodes=1",
-        ]
-    )
     scored = []
     score_turns = learner_module.score_turns
 
@@ -79,12 +91,8 @@ def test_the_anchor_is_played_greedily_and_learned_from_the_learner_s_log_probs(
         return out
 
     monkeypatch.setattr(learner_module, "score_turns", spy)
-    trainer = Trainer(cfg, tmp_path / "run")
+    trainer, episodes = _anchored_rollout(tmp_path)
     try:
-        trainer.sft_roles()
-        plan = plan_iteration(trainer.cfg, trainer.suite, Phase("test", ("coder",), 1), 0)
-        trainer.training_roles = ("coder",)
-        episodes = trainer.rollout(list(plan.tasks), plan.group_size, plan.share, seed_key=plan.seed_key)
         coder = [[t for t in e.turns if t.role == "coder" and t.completion_ids] for e in episodes]
         assert all(coder)
         for e, turns in zip(episodes, coder, strict=True):
@@ -114,21 +122,8 @@ def test_the_anchor_is_played_greedily_and_learned_from_the_learner_s_log_probs(
 def test_with_off_policy_correction_the_anchor_has_weight_one(tmp_path):
     # async rollouts (or vLLM) correct every turn by pi_prox / pi_behaviour: an anchor's recorded
     # log-probs are greedy decoding's, so it must count as on-policy, not as a large or tiny weight
-    cfg = load_config(
-        overrides=SMALL
-        + [
-            f"policies.default.embedded.cache_dir={tmp_path / 'cache'}",
-            "algorithm.group_size=3",
-            "algorithm.greedy_episodes=1",
-            "run.async_rollouts=1",
-        ]
-    )
-    trainer = Trainer(cfg, tmp_path / "run")
+    trainer, episodes = _anchored_rollout(tmp_path, "run.async_rollouts=1")
     try:
-        trainer.sft_roles()
-        plan = plan_iteration(trainer.cfg, trainer.suite, Phase("test", ("coder",), 1), 0)
-        trainer.training_roles = ("coder",)
-        episodes = trainer.rollout(list(plan.tasks), plan.group_size, plan.share, seed_key=plan.seed_key)
         assert any(t.greedy for e in episodes for t in e.turns)
         for ep in episodes:
             ep.rewards = {role: float(ep.group) for role in trainer.team.roles}
