@@ -41,6 +41,10 @@ def measure(cfg, policies, sandbox, tasks, max_concurrency: int) -> dict[str, fl
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
         "mean_batch": engine.stats.mean_batch,
+        # requests that joined a policy's queue while one of its batches generated: what continuous
+        # batching could have added to a running decode loop
+        "queued_during_batches": sum(engine.stats.queued_during),
+        "batches": engine.stats.batches,
         "solved": sum(bool(e.verifier.get("solved")) for e in episodes) / len(episodes),
     }
 
@@ -159,6 +163,10 @@ def main() -> None:
         print(
             f"{name:30}{r['episodes']:>9}{r['tokens']:>9}{r['wall_s']:>9.1f}{r['tokens_per_s']:>10.0f}{r['mean_batch']:>12.1f}"
         )
+    print(
+        f"requests that arrived while a batch generated: {engine['queued_during_batches']} over the engine's "
+        f"{engine['batches']} batches"
+    )
     chunking = engine["tokens_per_s"] / unchunked["tokens_per_s"]
     print(f"speed-up: {ratio:.1f}x (target >= 5x); chunked prefill x{chunking:.2f}")
     out = Path(args.out)

@@ -26,6 +26,25 @@ def test_requests_of_concurrent_episodes_are_batched_per_policy():
     assert out == [f"x{i}y" for i in range(64)]
     assert policy.batch_sizes == [64, 64]  # two steps, each one full batch
     assert engine.stats.requests == 128 and engine.stats.batches == 2
+    assert engine.stats.queued_during == [0, 0]  # lockstep: nothing arrives while a batch generates
+
+
+def test_requests_that_arrive_while_a_batch_generates_are_counted():
+    """Odd episodes ask after a pause: they miss the first batch and queue while it generates."""
+    policy = ScriptedPolicy(echo, seconds_per_batch=0.2)
+    engine = Engine({"p": policy}, max_batch=4)
+    team = Team({"a": Seat(policy="p")}, engine)
+
+    async def episode(i):
+        if i % 2:
+            await asyncio.sleep(0.05)
+        return (await team.act("a", str(i), "plan")).message.content
+
+    out = engine.run([lambda i=i: episode(i) for i in range(12)])
+    assert out == [str(i) for i in range(12)]
+    # 6 even ones: a batch of 4 (the other 2 wait, not counted), during which the 6 odd ones arrive
+    assert policy.batch_sizes == [4, 4, 4]
+    assert engine.stats.queued_during == [6, 0, 0]
 
 
 def test_max_batch_splits_and_concurrency_limit_holds():

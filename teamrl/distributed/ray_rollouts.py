@@ -151,6 +151,7 @@ class RayRollouts:
             self.stats.batches += len(shard.batch_sizes)
             self.stats.requests += sum(shard.batch_sizes)
             self.stats.batch_sizes += shard.batch_sizes
+            self.stats.queued_during += shard.queued_during
         return episodes
 
     def _submit(

@@ -37,6 +37,7 @@ class ShardResult:
     generate_s: float
     batch_sizes: list[int]
     play_s: float = 0.0  # the share's wall time in the worker, weights loaded to episodes verified
+    queued_during: list[int] = field(default_factory=list)  # per batch (``EngineStats.queued_during``)
     # the KL reference's log-probs of the trained roles' turns, when the worker computed them
     # (``teamrl.trainer.learner.reference_logprobs``; run.async_rollouts)
     ref_logprobs: dict[tuple[int, int], list[float]] = field(default_factory=dict)
@@ -101,5 +102,6 @@ class RolloutWorker:
             generated_tokens=stats.generated_tokens - tokens,
             generate_s=stats.generate_s - generate_s,
             batch_sizes=stats.batch_sizes[batches:],
+            queued_during=stats.queued_during[batches:],
             play_s=time.perf_counter() - start,
         )

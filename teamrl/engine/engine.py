@@ -32,6 +32,9 @@ class EngineStats:
     generated_tokens: int = 0
     generate_s: float = 0.0
     batch_sizes: list[int] = field(default_factory=list)
+    # per batch: the requests that joined the policy's queue while it generated (the rows a decode loop
+    # that admits new requests, continuous batching, could have taken in; 0 when episodes move in lockstep)
+    queued_during: list[int] = field(default_factory=list)
 
     @property
     def mean_batch(self) -> float:
@@ -66,6 +69,7 @@ class _PolicyQueue:
                     await asyncio.sleep(0)
             batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch :]
             requests = [r for r, _ in batch]
+            waiting = len(self.pending)  # those that did not fit in max_batch
             start = time.perf_counter()
             try:
                 results = await asyncio.to_thread(self.policy.generate, requests)
@@ -78,6 +82,7 @@ class _PolicyQueue:
             self.stats.batches += 1
             self.stats.requests += len(batch)
             self.stats.batch_sizes.append(len(batch))
+            self.stats.queued_during.append(len(self.pending) - waiting)
             for (_, fut), gen in zip(batch, results, strict=True):
                 self.stats.generated_tokens += len(gen.completion_ids)
                 if not fut.done():

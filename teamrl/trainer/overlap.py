@@ -274,6 +274,7 @@ class RolloutsAhead:
         self.stats.batches += len(result.batch_sizes)
         self.stats.requests += sum(result.batch_sizes)
         self.stats.batch_sizes += result.batch_sizes
+        self.stats.queued_during += result.queued_during
         return Played(queued, result, played_at, time.perf_counter() - start)
 
     def close(self) -> None:
