@@ -1,0 +1,60 @@
+"""benchmarks/marl_benchmarl.py: the evaluation both libraries' policies go through, and teamrl's side of a
+run (BenchMARL's side needs its own virtual environment and is not installed here)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+pytest.importorskip("vmas")
+
+import torch  # noqa: E402
+from bench_scripts import load_script  # noqa: E402
+
+bench = load_script("marl_benchmarl")
+
+
+@pytest.fixture(autouse=True)
+def _quiet_and_small(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
+    monkeypatch.setattr(bench, "EPISODES", 12)  # the benchmark's 100 x 100 steps, shrunk for the suite
+    monkeypatch.setattr(bench, "MAX_STEPS", 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def test_the_evaluation_is_one_fixed_episode_per_copy_and_tells_policies_apart() -> None:
+    calls = []
+
+    def still(obs: list[torch.Tensor]) -> list[torch.Tensor]:
+        calls.append(len(obs[0]))
+        return [torch.zeros(len(o), 2) for o in obs]
+
+    first = bench.evaluate("navigation", still)
+    assert calls == [bench.EPISODES] * bench.MAX_STEPS  # every copy plays one whole episode
+    assert bench.evaluate("navigation", still) == first  # the same episodes every time
+
+    def east(obs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.tensor([[1.0, 0.0]]).expand(len(o), 2) for o in obs]
+
+    assert bench.evaluate("navigation", east) != pytest.approx(first, abs=1e-3)
+
+
+def test_teamrl_side_trains_no_more_steps_than_asked_and_is_evaluated() -> None:
+    row = bench.run_teamrl("balance", 0, 5000)
+    assert row["frames"] == 3200  # whole updates of 128 copies x 25 steps, never more than BenchMARL's
+    assert row["wall_s"] > 0 and row["cpu_s"] > 0
+    assert torch.isfinite(torch.tensor(row["return"]))
+
+
+def test_the_driver_needs_benchmarl_s_python(capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    argv, sys.argv = sys.argv, ["marl_benchmarl.py", "--tasks", "balance"]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            bench.main()
+    finally:
+        sys.argv = argv
+    assert exc.value.code == 2 and "--benchmarl-python is required" in capsys.readouterr().err
