@@ -32,7 +32,8 @@ from typing import Any
 EVAL_SEED = 12345
 EPISODES = 100
 MAX_STEPS = 100
-# BenchMARL's task settings (benchmarl/conf/task/vmas/<task>.yaml, version 1.5.2), given to both sides
+# BenchMARL's task settings (benchmarl/conf/task/vmas/<task>.yaml, version 1.5.2), given to both sides: the
+# three VMAS tasks of BenchMARL's own paper
 TASKS: dict[str, dict[str, Any]] = {
     "balance": {"n_agents": 4, "random_package_pos_on_line": True, "package_mass": 5},
     "navigation": {
@@ -44,6 +45,15 @@ TASKS: dict[str, dict[str, Any]] = {
         "shared_rew": False,
         "lidar_range": 0.35,
         "agent_radius": 0.1,
+    },
+    "sampling": {
+        "n_agents": 3,
+        "shared_rew": False,
+        "n_gaussians": 3,
+        "lidar_range": 0.2,
+        "cov": 0.05,
+        "collisions": True,
+        "spawn_same_pos": False,
     },
 }
 
@@ -69,6 +79,7 @@ def evaluate(task: str, act: Any) -> list[float]:
         max_steps=MAX_STEPS,
         seed=EVAL_SEED,
         terminated_truncated=True,
+        clamp_actions=True,  # as BenchMARL's own VMAS envs (teamrl clips to the action space likewise)
         **TASKS[task],
     )
     obs = env.reset(seed=EVAL_SEED)
