@@ -146,12 +146,7 @@ class RayRollouts:
         for i in sorted(results):
             shard = results[i]
             episodes += shard.episodes
-            self.stats.generated_tokens += shard.generated_tokens
-            self.stats.generate_s += shard.generate_s
-            self.stats.batches += len(shard.batch_sizes)
-            self.stats.requests += sum(shard.batch_sizes)
-            self.stats.batch_sizes += shard.batch_sizes
-            self.stats.queued_during += shard.queued_during
+            self.stats.add(shard.generated_tokens, shard.generate_s, shard.batch_sizes, shard.queued_during)
         return episodes
 
     def _submit(

@@ -40,6 +40,17 @@ class EngineStats:
     def mean_batch(self) -> float:
         return self.requests / self.batches if self.batches else 0.0
 
+    def add(
+        self, generated_tokens: int, generate_s: float, batch_sizes: list[int], queued_during: list[int]
+    ) -> None:
+        """Count another engine's share (a rollout worker's) into these counters."""
+        self.generated_tokens += generated_tokens
+        self.generate_s += generate_s
+        self.batches += len(batch_sizes)
+        self.requests += sum(batch_sizes)
+        self.batch_sizes += batch_sizes
+        self.queued_during += queued_during
+
 
 class _PolicyQueue:
     def __init__(self, policy: BatchPolicy, max_batch: int, stats: EngineStats) -> None:

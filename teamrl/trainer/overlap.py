@@ -269,12 +269,7 @@ class RolloutsAhead:
         queued, played_at, future = self._queue.popleft()
         start = time.perf_counter()
         result = future.result()  # a worker's error is raised here, with its traceback
-        self.stats.generated_tokens += result.generated_tokens
-        self.stats.generate_s += result.generate_s
-        self.stats.batches += len(result.batch_sizes)
-        self.stats.requests += sum(result.batch_sizes)
-        self.stats.batch_sizes += result.batch_sizes
-        self.stats.queued_during += result.queued_during
+        self.stats.add(result.generated_tokens, result.generate_s, result.batch_sizes, result.queued_during)
         return Played(queued, result, played_at, time.perf_counter() - start)
 
     def close(self) -> None:
