@@ -12,7 +12,13 @@ with that one role back on its SFT snapshot (the others keep their RL adapters),
 outcome (hidden-test pass fraction) or success differ from the RL team's are counted (greedy decoding
 makes every difference the role's doing, not sampling noise).
 
+With ``--transfer K`` it measures instead where RL's gain goes: the SFT and RL policies play three task sets,
+greedily (one episode each) and sampled (K episodes each at the roles' temperatures), and it reports success
+and pass@K on each: the training tasks the run's RL iterations played (drawn again from their seeds), as many
+training tasks it never played, and the held-out tasks. A gain on the first set alone is learned per task.
+
     .venv/bin/python benchmarks/greedy_eval.py RUN_DIR [RUN_DIR ...] [--n 300] [--per-role] [--json out.json]
+    .venv/bin/python benchmarks/greedy_eval.py RUN_DIR --n 200 --transfer 8 --json transfer.json
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def greedy_eval(run_dir: Path, n_tasks: int, per_role: bool = False) -> dict[str, Any]:
+def greedy_eval(run_dir: Path, n_tasks: int, per_role: bool = False, transfer: int = 0) -> dict[str, Any]:
     import torch
 
     from teamrl.trainer.trainer import Trainer, resume_config
@@ -40,6 +46,8 @@ def greedy_eval(run_dir: Path, n_tasks: int, per_role: bool = False) -> dict[str
     cfg.run.progress = False
     trainer = Trainer(cfg, run_dir, resume=True, read_only=True)
     try:
+        if transfer:
+            return _transfer(trainer, run_dir, n_tasks, transfer)
         return _greedy(trainer, run_dir, n_tasks, per_role)
     finally:
         trainer.close()
@@ -97,6 +105,67 @@ def _greedy(trainer: Any, run_dir: Path, n_tasks: int, per_role: bool = False) -
     }
 
 
+def rl_played_tasks(trainer: Any, run_dir: Path) -> list[Any]:
+    """The distinct training tasks of the run's RL iterations, in order: iteration ``s`` (logged as step
+    ``s + 1`` in ``metrics.jsonl``) drew its tasks from its seed."""
+    from teamrl.trainer.overlap import iteration_tasks
+
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    steps = sorted({int(row["step"]) - 1 for row in map(json.loads, lines) if "phase" in row})
+    tasks: dict[str, Any] = {}
+    for step in steps:
+        for task in iteration_tasks(trainer.cfg, trainer.suite, step):
+            tasks.setdefault(task.task_id, task)
+    return list(tasks.values())
+
+
+def _transfer(trainer: Any, run_dir: Path, n_tasks: int, samples: int) -> dict[str, Any]:
+    import random
+
+    from teamrl.trainer.learner import ref_adapter
+
+    played = rl_played_tasks(trainer, run_dir)
+    if not played:
+        raise SystemExit(f"{run_dir} logged no RL iteration: nothing to compare")
+    seen = {t.task_id for t in played}
+    draw = trainer.suite.sample("train", n_tasks + len(played), random.Random("teamrl-transfer"))
+    sets = {
+        "played_in_rl": played,
+        "train_not_played": [t for t in draw if t.task_id not in seen][:n_tasks],
+        "heldout": trainer.suite.fixed_set("heldout", n_tasks),
+    }
+    seats = trainer.team.seats
+    rl_seats = dict(seats)
+    trained = [r for r in trainer.cfg.workflow.order if trainer.cfg.workflow.roles[r].adapter]
+    for policy in trainer.policies.values():
+        if hasattr(policy, "model"):
+            policy.model.eval()
+    result: dict[str, Any] = {"run_dir": str(run_dir), "samples": samples}
+    for name, tasks in sets.items():
+        row: dict[str, Any] = {"tasks": len(tasks)}
+        for label in ("sft", "rl"):
+            for greedy in (True, False):
+                for role in trained:
+                    seat = rl_seats[role]
+                    if label == "sft":
+                        seat = dataclasses.replace(seat, adapter=ref_adapter(role))
+                    seats[role] = dataclasses.replace(seat, temperature=0.0) if greedy else seat
+                episodes = trainer.rollout(tasks, 1 if greedy else samples)
+                by_task: dict[str, list[bool]] = {}
+                for e in episodes:
+                    by_task.setdefault(e.task_id, []).append(bool(e.verifier.get("solved")))
+                solved = [by_task[t.task_id] for t in tasks]
+                if greedy:
+                    row[f"{label}_greedy"] = sum(s[0] for s in solved) / len(tasks)
+                else:
+                    row[f"{label}_sampled"] = sum(sum(s) / len(s) for s in solved) / len(tasks)
+                    row[f"{label}_pass_at_k"] = sum(any(s) for s in solved) / len(tasks)
+        result[name] = row
+    for role in trained:
+        seats[role] = rl_seats[role]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)
@@ -107,11 +176,30 @@ def main() -> None:
         action="store_true",
         help="also count, per trained role, tasks whose outcome changes with that role on its SFT snapshot",
     )
+    parser.add_argument(
+        "--transfer",
+        type=int,
+        default=0,
+        metavar="K",
+        help="instead: success greedy and over K samples on the tasks RL played, unplayed training tasks "
+        "and held-out tasks, after SFT and after RL",
+    )
     args = parser.parse_args()
     rows = []
     for run_dir in args.run_dirs:
-        r = greedy_eval(run_dir, args.n, args.per_role)
+        r = greedy_eval(run_dir, args.n, args.per_role, args.transfer)
         rows.append(r)
+        if args.transfer:
+            for name in ("played_in_rl", "train_not_played", "heldout"):
+                c = r[name]
+                print(
+                    f"{run_dir.name:20} {name:17} ({c['tasks']:3} tasks) greedy SFT {c['sft_greedy']:.3f} -> "
+                    f"RL {c['rl_greedy']:.3f}  sampled {c['sft_sampled']:.3f} -> {c['rl_sampled']:.3f}  "
+                    f"pass@{args.transfer} {c['sft_pass_at_k']:.3f} -> {c['rl_pass_at_k']:.3f}",
+                    flush=True,
+                )
+            _write(args.json, args.n, rows)
+            continue
         print(
             f"{run_dir.name:20} SFT {r['sft_solved']:.3f}  RL {r['rl_solved']:.3f}  gain {r['gain']:+.3f}"
             f"  (tasks solved only after RL {r['only_rl']}, only after SFT {r['only_sft']})",
@@ -123,10 +211,14 @@ def main() -> None:
                 f"{c['solved_only_rl']}, only with the SFT snapshot's {c['solved_only_sft_turns']}",
                 flush=True,
             )
-        if args.json is not None:
-            from teamrl.atomic import atomic_write_text
+        _write(args.json, args.n, rows)
 
-            atomic_write_text(args.json, json.dumps({"n_tasks": args.n, "runs": rows}, indent=1))
+
+def _write(path: Path | None, n_tasks: int, rows: list[dict[str, Any]]) -> None:
+    if path is not None:
+        from teamrl.atomic import atomic_write_text
+
+        atomic_write_text(path, json.dumps({"n_tasks": n_tasks, "runs": rows}, indent=1))
 
 
 if __name__ == "__main__":

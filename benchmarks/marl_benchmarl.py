@@ -229,9 +229,45 @@ def main() -> None:
                     f"{row['frames_per_s']:8.0f} frames/s  return {row['return']:8.3f}",
                     flush=True,
                 )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    record = {"frames": args.frames, "episodes": EPISODES, "teamrl_settings": TEAMRL, "rows": rows}
-    Path(args.out).write_text(json.dumps(record, indent=1))
+    summary = summarize_rows(rows)
+    for key, row in summary.items():
+        print(
+            f"{key:20} return {row['mean']:8.3f} +- {row['std_over_runs']:.3f} over seeds, "
+            f"IQM {row['iqm']:.3f} [{row['iqm_ci'][0]:.3f}, {row['iqm_ci'][1]:.3f}]  "
+            f"{row['frames_per_cpu_s']:7.0f} frames per CPU-s",
+            flush=True,
+        )
+    record = {
+        "frames": args.frames,
+        "episodes": EPISODES,
+        "teamrl_settings": TEAMRL,
+        "summary": summary,
+        "rows": rows,
+    }
+    from teamrl.atomic import atomic_write_text
+
+    atomic_write_text(Path(args.out), json.dumps(record, indent=1))
+
+
+def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task and library (``"<task>/<library>"``): the seeds' returns, their mean and IQM with 95%
+    bootstrap intervals over seeds and episodes (rliable's protocol, ``teamrl.marl.stats``), and the
+    throughput (frames per CPU-second and per wall-second, over all seeds)."""
+    from teamrl.marl.stats import summarize
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(f"{row['task']}/{row['library']}", []).append(row)
+    out = {}
+    for key, runs in groups.items():
+        out[key] = {
+            "seeds": [r["seed"] for r in runs],
+            "returns": [r["return"] for r in runs],
+            **summarize([r["returns"] for r in runs]),
+            "frames_per_cpu_s": sum(r["frames"] for r in runs) / sum(r["cpu_s"] for r in runs),
+            "frames_per_s": sum(r["frames"] for r in runs) / sum(r["wall_s"] for r in runs),
+        }
+    return out
 
 
 if __name__ == "__main__":

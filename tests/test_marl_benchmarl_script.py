@@ -60,3 +60,62 @@ def test_the_driver_needs_benchmarl_s_python(capsys: pytest.CaptureFixture[str])
     finally:
         sys.argv = argv
     assert exc.value.code == 2 and "--benchmarl-python is required" in capsys.readouterr().err
+
+
+def test_the_summary_pools_each_library_s_seeds_and_its_throughput() -> None:
+    def row(lib: str, seed: int, returns: list[float], cpu: float) -> dict:
+        mean = sum(returns) / len(returns)
+        return {
+            "library": lib,
+            "task": "balance",
+            "seed": seed,
+            "frames": 100,
+            "wall_s": 2 * cpu,
+            "cpu_s": cpu,
+            "return": mean,
+            "returns": returns,
+        }
+
+    rows = [
+        row("teamrl", 0, [1.0, 3.0], 1.0),
+        row("benchmarl", 0, [0.0, 0.0], 5.0),
+        row("teamrl", 1, [5.0, 7.0], 3.0),
+    ]
+    summary = bench.summarize_rows(rows)
+    assert set(summary) == {"balance/teamrl", "balance/benchmarl"}
+    ours = summary["balance/teamrl"]
+    assert ours["seeds"] == [0, 1] and ours["returns"] == [2.0, 6.0] and ours["mean"] == 4.0
+    assert ours["frames_per_cpu_s"] == 200 / 4.0 and ours["frames_per_s"] == 200 / 8.0
+    assert ours["iqm_ci"][0] <= ours["iqm"] <= ours["iqm_ci"][1] and ours["episodes"] == 4
+    assert summary["balance/benchmarl"]["std_over_runs"] == 0.0  # one seed
+
+
+def test_one_run_of_the_driver_writes_rows_and_summary(tmp_path, monkeypatch) -> None:
+    import json
+    import sys
+
+    out = tmp_path / "r.json"
+    argv = [
+        "marl_benchmarl.py",
+        "--libraries",
+        "teamrl",
+        "--tasks",
+        "balance",
+        "--seeds",
+        "0",
+        "--frames",
+        "3200",
+        "--out",
+        str(out),
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+
+    class Done:
+        returncode, stderr = 0, ""
+        stdout = json.dumps(bench._row(3200, 1.0, 0.5, [1.0, 2.0]))
+
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: Done())
+    bench.main()
+    record = json.loads(out.read_text())
+    assert [r["library"] for r in record["rows"]] == ["teamrl"]
+    assert record["summary"]["balance/teamrl"]["mean"] == 1.5

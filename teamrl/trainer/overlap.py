@@ -288,11 +288,17 @@ def iteration_seed(cfg: Config, step: int) -> int:
     return cfg.run.seed * 1_000_003 + step
 
 
+def iteration_tasks(cfg: Config, suite: Any, step: int) -> list[Any]:
+    """The training tasks RL iteration ``step`` plays, drawn from the step's seed (so a finished run's can be
+    drawn again: ``benchmarks/greedy_eval.py --transfer``)."""
+    return suite.sample("train", cfg.algorithm.tasks_per_iteration, random.Random(iteration_seed(cfg, step)))
+
+
 def plan_iteration(cfg: Config, suite: Any, phase: Phase, step: int) -> RolloutPlan:
     """What RL iteration ``step`` of ``phase`` plays: its tasks (drawn from the step's seed), the frozen
     roles whose turns a group shares, the roles it trains, its sampling seeds."""
     seed = iteration_seed(cfg, step)
-    tasks = suite.sample("train", cfg.algorithm.tasks_per_iteration, random.Random(seed))
+    tasks = iteration_tasks(cfg, suite, step)
     share = [r for r in cfg.role_order() if r not in phase.roles and cfg.algorithm.share_frozen_turns]
     return RolloutPlan(
         step, tuple(tasks), cfg.algorithm.group_size, frozenset(share), phase.roles, seed, f"rl{step}"
