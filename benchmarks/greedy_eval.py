@@ -53,6 +53,22 @@ def greedy_eval(run_dir: Path, n_tasks: int, per_role: bool = False, transfer: i
         trainer.close()
 
 
+def _play(trainer: Any, tasks: list[Any], episodes_per_task: int) -> list[list[tuple[bool, float]]]:
+    """Each task's episodes as (solved, outcome), in the tasks' order, played by the team as seated."""
+    for policy in trainer.policies.values():
+        if hasattr(policy, "model"):
+            policy.model.eval()
+    by_task: dict[str, list[tuple[bool, float]]] = {}
+    for e in trainer.rollout(tasks, episodes_per_task):
+        by_task.setdefault(e.task_id, []).append((bool(e.verifier.get("solved")), float(e.outcome)))
+    return [by_task[t.task_id] for t in tasks]
+
+
+def _trained_roles(cfg: Any) -> list[str]:
+    """The roles with an adapter of their own: those RL trained, each with its SFT snapshot kept."""
+    return [r for r in cfg.workflow.order if cfg.workflow.roles[r].adapter]
+
+
 def _greedy(trainer: Any, run_dir: Path, n_tasks: int, per_role: bool = False) -> dict[str, Any]:
     from teamrl.trainer.learner import ref_adapter
 
@@ -64,16 +80,11 @@ def _greedy(trainer: Any, run_dir: Path, n_tasks: int, per_role: bool = False) -
 
     def play() -> list[tuple[bool, float]]:
         """(solved, outcome) of each task's greedy episode."""
-        for policy in trainer.policies.values():
-            if hasattr(policy, "model"):
-                policy.model.eval()
-        episodes = trainer.rollout(tasks, 1)
-        by_task = {e.task_id: (bool(e.verifier.get("solved")), float(e.outcome)) for e in episodes}
-        return [by_task[t.task_id] for t in tasks]
+        return [episodes[0] for episodes in _play(trainer, tasks, 1)]
 
     rl_played = play()
     after_rl = [s for s, _ in rl_played]
-    trained = [r for r in cfg.workflow.order if cfg.workflow.roles[r].adapter]
+    trained = _trained_roles(cfg)
     swaps: dict[str, Any] = {}
     if per_role:
         for role in trained:  # this role alone back on its SFT snapshot
@@ -136,10 +147,7 @@ def _transfer(trainer: Any, run_dir: Path, n_tasks: int, samples: int) -> dict[s
     }
     seats = trainer.team.seats
     rl_seats = dict(seats)
-    trained = [r for r in trainer.cfg.workflow.order if trainer.cfg.workflow.roles[r].adapter]
-    for policy in trainer.policies.values():
-        if hasattr(policy, "model"):
-            policy.model.eval()
+    trained = _trained_roles(trainer.cfg)
     result: dict[str, Any] = {"run_dir": str(run_dir), "samples": samples}
     for name, tasks in sets.items():
         row: dict[str, Any] = {"tasks": len(tasks)}
@@ -150,11 +158,7 @@ def _transfer(trainer: Any, run_dir: Path, n_tasks: int, samples: int) -> dict[s
                     if label == "sft":
                         seat = dataclasses.replace(seat, adapter=ref_adapter(role))
                     seats[role] = dataclasses.replace(seat, temperature=0.0) if greedy else seat
-                episodes = trainer.rollout(tasks, 1 if greedy else samples)
-                by_task: dict[str, list[bool]] = {}
-                for e in episodes:
-                    by_task.setdefault(e.task_id, []).append(bool(e.verifier.get("solved")))
-                solved = [by_task[t.task_id] for t in tasks]
+                solved = [[s for s, _ in eps] for eps in _play(trainer, tasks, 1 if greedy else samples)]
                 if greedy:
                     row[f"{label}_greedy"] = sum(s[0] for s in solved) / len(tasks)
                 else:

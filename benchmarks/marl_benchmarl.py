@@ -250,9 +250,9 @@ def main() -> None:
 
 
 def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per task and library (``"<task>/<library>"``): the seeds' returns, their mean and IQM with 95%
-    bootstrap intervals over seeds and episodes (rliable's protocol, ``teamrl.marl.stats``), and the
-    throughput (frames per CPU-second and per wall-second, over all seeds)."""
+    """Per task and library (``"<task>/<library>"``): the seeds' returns (``run_means``), their mean and
+    IQM with 95% bootstrap intervals over seeds and episodes (rliable's protocol, ``teamrl.marl.stats``),
+    and the throughput (frames per CPU-second and per wall-second, over all seeds)."""
     from teamrl.marl.stats import summarize
 
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -262,7 +262,6 @@ def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for key, runs in groups.items():
         out[key] = {
             "seeds": [r["seed"] for r in runs],
-            "returns": [r["return"] for r in runs],
             **summarize([r["returns"] for r in runs]),
             "frames_per_cpu_s": sum(r["frames"] for r in runs) / sum(r["cpu_s"] for r in runs),
             "frames_per_s": sum(r["frames"] for r in runs) / sum(r["wall_s"] for r in runs),

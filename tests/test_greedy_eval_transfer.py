@@ -9,6 +9,7 @@ from bench_scripts import load_script
 
 from teamrl.config import load_config
 from teamrl.recipes import Phase
+from teamrl.trainer.build import build_suite
 from teamrl.trainer.overlap import iteration_tasks, plan_iteration
 from teamrl.trainer.trainer import Trainer, resume_config
 from tests.test_trainer import SMALL
@@ -24,8 +25,6 @@ def finished_run(tmp_path_factory):
 
 def test_the_drawn_tasks_are_those_the_iteration_plays():
     cfg = load_config(overrides=SMALL)
-    from teamrl.trainer.build import build_suite
-
     suite = build_suite(cfg)
     for step in (0, 1, 7):
         plan = plan_iteration(cfg, suite, Phase("p", ("coder",), 1), step)

@@ -84,7 +84,7 @@ def test_the_summary_pools_each_library_s_seeds_and_its_throughput() -> None:
     summary = bench.summarize_rows(rows)
     assert set(summary) == {"balance/teamrl", "balance/benchmarl"}
     ours = summary["balance/teamrl"]
-    assert ours["seeds"] == [0, 1] and ours["returns"] == [2.0, 6.0] and ours["mean"] == 4.0
+    assert ours["seeds"] == [0, 1] and ours["run_means"] == [2.0, 6.0] and ours["mean"] == 4.0
     assert ours["frames_per_cpu_s"] == 200 / 4.0 and ours["frames_per_s"] == 200 / 8.0
     assert ours["iqm_ci"][0] <= ours["iqm"] <= ours["iqm_ci"][1] and ours["episodes"] == 4
     assert summary["balance/benchmarl"]["std_over_runs"] == 0.0  # one seed
