@@ -12,12 +12,18 @@ with that one role back on its SFT snapshot (the others keep their RL adapters),
 outcome (hidden-test pass fraction) or success differ from the RL team's are counted (greedy decoding
 makes every difference the role's doing, not sampling noise).
 
+For a programming workflow it also reports the share of tasks whose first code version is already right
+(the rest of the solved share is what the revisions add). With ``--expert ROLE`` the workflow's scripted
+expert (the author of the demonstrations) speaks for ROLE in both teams: what the other roles, after SFT
+and after RL, make of a perfect teammate (the Planner's headroom, say).
+
 With ``--transfer K`` it measures instead where RL's gain goes: the SFT and RL policies play three task sets,
 greedily (one episode each) and sampled (K episodes each at the roles' temperatures), and it reports success
 and pass@K on each: the training tasks the run's RL iterations played (drawn again from their seeds), as many
 training tasks it never played, and the held-out tasks. A gain on the first set alone is learned per task.
 
     .venv/bin/python benchmarks/greedy_eval.py RUN_DIR [RUN_DIR ...] [--n 300] [--per-role] [--json out.json]
+    .venv/bin/python benchmarks/greedy_eval.py RUN_DIR --n 200 --expert planner
     .venv/bin/python benchmarks/greedy_eval.py RUN_DIR --n 200 --transfer 8 --json transfer.json
 """
 
@@ -34,7 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def greedy_eval(run_dir: Path, n_tasks: int, per_role: bool = False, transfer: int = 0) -> dict[str, Any]:
+def greedy_eval(
+    run_dir: Path, n_tasks: int, per_role: bool = False, transfer: int = 0, expert: str | None = None
+) -> dict[str, Any]:
     import torch
 
     from teamrl.trainer.trainer import Trainer, resume_config
@@ -48,20 +56,35 @@ def greedy_eval(run_dir: Path, n_tasks: int, per_role: bool = False, transfer: i
     try:
         if transfer:
             return _transfer(trainer, run_dir, n_tasks, transfer)
-        return _greedy(trainer, run_dir, n_tasks, per_role)
+        return _greedy(trainer, run_dir, n_tasks, per_role, expert)
     finally:
         trainer.close()
 
 
-def _play(trainer: Any, tasks: list[Any], episodes_per_task: int) -> list[list[tuple[bool, float]]]:
-    """Each task's episodes as (solved, outcome), in the tasks' order, played by the team as seated."""
+Played = tuple[
+    bool, float, bool | None
+]  # solved, outcome, first code version passed (None: no code versions)
+
+
+def _play(trainer: Any, tasks: list[Any], episodes_per_task: int) -> list[list[Played]]:
+    """Each task's episodes as (solved, outcome, first version right), in the tasks' order, played by the
+    team as seated. The first version's figure comes from the programming workflows' per-version hidden
+    pass fractions (``verifier["code_pass"]``); None where an episode has none."""
     for policy in trainer.policies.values():
         if hasattr(policy, "model"):
             policy.model.eval()
-    by_task: dict[str, list[tuple[bool, float]]] = {}
+    by_task: dict[str, list[Played]] = {}
     for e in trainer.rollout(tasks, episodes_per_task):
-        by_task.setdefault(e.task_id, []).append((bool(e.verifier.get("solved")), float(e.outcome)))
+        versions = e.verifier.get("code_pass")
+        first = bool(versions[0] == 1.0) if isinstance(versions, list) and versions else None
+        by_task.setdefault(e.task_id, []).append((bool(e.verifier.get("solved")), float(e.outcome), first))
     return [by_task[t.task_id] for t in tasks]
+
+
+def _first_version(played: list[Played]) -> float | None:
+    """The share of episodes whose first code version passes every hidden test (None: no code versions)."""
+    firsts = [f for _, _, f in played if f is not None]
+    return sum(firsts) / len(played) if len(firsts) == len(played) and played else None
 
 
 def _trained_roles(cfg: Any) -> list[str]:
@@ -69,22 +92,31 @@ def _trained_roles(cfg: Any) -> list[str]:
     return [r for r in cfg.workflow.order if cfg.workflow.roles[r].adapter]
 
 
-def _greedy(trainer: Any, run_dir: Path, n_tasks: int, per_role: bool = False) -> dict[str, Any]:
+def _greedy(
+    trainer: Any, run_dir: Path, n_tasks: int, per_role: bool = False, expert: str | None = None
+) -> dict[str, Any]:
+    import random
+
+    from teamrl.trainer.build import workflow_experts
     from teamrl.trainer.learner import ref_adapter
 
     cfg = trainer.cfg
     seats = trainer.team.seats  # Seat is frozen: replace the seats
     for role, seat in list(seats.items()):
         seats[role] = dataclasses.replace(seat, temperature=0.0)
+    if expert is not None and expert not in trainer.workflow.experts(random.Random(0)):
+        raise SystemExit(f"--expert {expert}: the workflow's experts are {sorted(seats)}")
     tasks = trainer.suite.fixed_set("heldout", n_tasks)
 
-    def play() -> list[tuple[bool, float]]:
-        """(solved, outcome) of each task's greedy episode."""
+    def play() -> list[Played]:
+        """(solved, outcome, first version right) of each task's greedy episode."""
+        if expert is not None:  # the scripted expert speaks for this role, drawing afresh for each team
+            seats[expert] = workflow_experts(trainer.workflow, random.Random(0))[expert]
         return [episodes[0] for episodes in _play(trainer, tasks, 1)]
 
     rl_played = play()
-    after_rl = [s for s, _ in rl_played]
-    trained = _trained_roles(cfg)
+    after_rl = [s for s, _, _ in rl_played]
+    trained = [r for r in _trained_roles(cfg) if r != expert]
     swaps: dict[str, Any] = {}
     if per_role:
         for role in trained:  # this role alone back on its SFT snapshot
@@ -101,17 +133,23 @@ def _greedy(trainer: Any, run_dir: Path, n_tasks: int, per_role: bool = False) -
             }
     for role in trained:  # the SFT policy: each trained role's frozen reference snapshot
         seats[role] = dataclasses.replace(seats[role], adapter=ref_adapter(role))
-    after_sft = [s for s, _ in play()]
+    sft_played = play()
+    after_sft = [s for s, _, _ in sft_played]
     only_rl = sum(r and not s for r, s in zip(after_rl, after_sft, strict=True))
     only_sft = sum(s and not r for r, s in zip(after_rl, after_sft, strict=True))
     return {
         "run_dir": str(run_dir),
         "tasks": len(tasks),
+        **({"expert": expert} if expert else {}),
         "sft_solved": sum(after_sft) / len(tasks),
         "rl_solved": sum(after_rl) / len(tasks),
         "gain": (sum(after_rl) - sum(after_sft)) / len(tasks),
         "only_rl": only_rl,
         "only_sft": only_sft,
+        # the share of tasks whose first code version is already right (programming workflows): what the
+        # revisions add is the rest of the solved share
+        "sft_first_version": _first_version(sft_played),
+        "rl_first_version": _first_version(rl_played),
         **({"per_role": swaps} if per_role else {}),
     }
 
@@ -158,7 +196,7 @@ def _transfer(trainer: Any, run_dir: Path, n_tasks: int, samples: int) -> dict[s
                     if label == "sft":
                         seat = dataclasses.replace(seat, adapter=ref_adapter(role))
                     seats[role] = dataclasses.replace(seat, temperature=0.0) if greedy else seat
-                solved = [[s for s, _ in eps] for eps in _play(trainer, tasks, 1 if greedy else samples)]
+                solved = [[s for s, _, _ in eps] for eps in _play(trainer, tasks, 1 if greedy else samples)]
                 if greedy:
                     row[f"{label}_greedy"] = sum(s[0] for s in solved) / len(tasks)
                 else:
@@ -181,6 +219,12 @@ def main() -> None:
         help="also count, per trained role, tasks whose outcome changes with that role on its SFT snapshot",
     )
     parser.add_argument(
+        "--expert",
+        metavar="ROLE",
+        help="seat the workflow's scripted expert (the demonstrations' author) in ROLE in both teams: what "
+        "the other roles make of a perfect teammate",
+    )
+    parser.add_argument(
         "--transfer",
         type=int,
         default=0,
@@ -191,7 +235,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for run_dir in args.run_dirs:
-        r = greedy_eval(run_dir, args.n, args.per_role, args.transfer)
+        r = greedy_eval(run_dir, args.n, args.per_role, args.transfer, args.expert)
         rows.append(r)
         if args.transfer:
             for name in ("played_in_rl", "train_not_played", "heldout"):
@@ -209,6 +253,12 @@ def main() -> None:
             f"  (tasks solved only after RL {r['only_rl']}, only after SFT {r['only_sft']})",
             flush=True,
         )
+        if r["sft_first_version"] is not None:
+            print(
+                f"  first code version right: SFT {r['sft_first_version']:.3f}"
+                f"  RL {r['rl_first_version']:.3f}",
+                flush=True,
+            )
         for role, c in r.get("per_role", {}).items():
             print(
                 f"  {role:12} RL turns change {c['outcome_changed']} outcomes: solved only with them "

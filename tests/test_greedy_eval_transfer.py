@@ -58,3 +58,19 @@ def test_the_played_tasks_match_the_run_and_every_set_is_scored(finished_run):
         for label in ("sft", "rl"):
             assert 0 <= row[f"{label}_greedy"] <= 1
             assert 0 <= row[f"{label}_sampled"] <= row[f"{label}_pass_at_k"] <= 1
+
+
+def test_first_versions_are_reported_and_an_expert_sits_in_both_teams(finished_run):
+    script = load_script("greedy_eval")
+    plain = script.greedy_eval(finished_run, 3)
+    for label in ("sft", "rl"):
+        assert 0 <= plain[f"{label}_first_version"] <= 1
+    # the scripted coder writes the same code for a task in both teams (its first version is the buggy
+    # solution or the reference, drawn per task; its revisions the reference), whatever the RL reviewer says
+    with_expert = script.greedy_eval(finished_run, 3, expert="coder")
+    assert with_expert["expert"] == "coder"
+    assert with_expert["sft_first_version"] == with_expert["rl_first_version"]
+    for label in ("sft", "rl"):
+        assert with_expert[f"{label}_solved"] >= with_expert[f"{label}_first_version"]
+    with pytest.raises(SystemExit, match="experts are"):
+        script.greedy_eval(finished_run, 3, expert="nobody")

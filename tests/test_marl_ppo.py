@@ -197,13 +197,59 @@ def test_entity_actor_is_invariant_to_the_order_of_landmarks():
     assert make_vec_env("mpe2:simple_spread_v3", 2, seed=0).entity_slots == env.entity_slots
 
 
-def test_entity_actor_trains_and_reloads(tmp_path):
-    from teamrl.marl.train import evaluate_run, train
+def test_entity_critic_reads_the_landmarks_as_a_set_and_the_state_beside_them():
+    """MAPPO's entity critic: its input is [global state, own observation]; permuting the own observation's
+    landmark slots leaves the value unchanged, moving a landmark or changing the state does not."""
+    from teamrl.marl.envs.mpe import SimpleSpread
 
-    overrides = {"total_env_steps": 400, "num_envs": 8, "hidden": [16], "epochs": 1, "entity_actor": True}
+    env = SimpleSpread(num_envs=4, N=3, seed=0)
+    step = env.reset(seed=0)
+    g = ppo.make_groups(env, "shared", agent_id=False)[0]
+    state_dim = env.state_dim
+    slots = ppo.entity_slots(env, g, state_dim)
+    assert slots == (state_dim + 4, 3, 2)
+    torch.manual_seed(0)
+    critic = ppo.Critic(g.own_dim + state_dim, [32, 32], entities=slots, head_only=state_dim)
+    for p in critic.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    x = ppo.critic_input(ppo.group_obs(g, step.obs), step.state)
+    start, count, width = slots
+    permuted = x.clone()
+    landmarks = x[..., start : start + count * width].unflatten(-1, (count, width))
+    permuted[..., start : start + count * width] = landmarks[..., [1, 2, 0], :].flatten(-2)
+    moved, restated = x.clone(), x.clone()
+    moved[..., start] += 0.5
+    restated[..., 0] += 0.5
+    with torch.no_grad():
+        v = critic(x)
+        assert v.shape == x.shape[:-1]
+        torch.testing.assert_close(critic(permuted), v, atol=1e-5, rtol=1e-5)
+        assert (critic(moved) - v).abs().max() > 1e-3
+        assert (critic(restated) - v).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="entity_critic needs"):
+        ppo.entity_slots(CueGame(2, 0), ppo.make_groups(CueGame(2, 0), "shared", agent_id=True)[0])
+    with pytest.raises(ValueError, match="entity_critic"):
+        ppo.Config(recurrent=True, entity_critic=True)
+
+
+@pytest.mark.parametrize("entity_critic", [False, True])
+def test_entity_actor_trains_and_reloads(tmp_path, entity_critic):
+    from teamrl.marl.train import evaluate_run, resume_run, train
+
+    overrides = {
+        "total_env_steps": 400,
+        "num_envs": 8,
+        "hidden": [16],
+        "epochs": 1,
+        "entity_actor": True,
+        "entity_critic": entity_critic,
+    }
     summary = train("mappo", "simple_spread", overrides, tmp_path / "run", episodes=4, show_progress=False)
     again = evaluate_run(tmp_path / "run", episodes=4)
     assert again["return/mean"] == pytest.approx(summary["eval"]["return/mean"])
+    # the critics' shapes come from the config: a resumed run loads them back
+    resumed = resume_run(tmp_path / "run", {"total_env_steps": 800}, episodes=4, show_progress=False)
+    assert resumed["train"]["env_steps"] >= 800
 
 
 @pytest.mark.parametrize("centralised", [False, True])

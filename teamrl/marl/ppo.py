@@ -46,6 +46,7 @@ from teamrl.marl.ppo_nets import (  # re-exported: the networks and groups are p
     RecurrentNet,
     actor_input,
     critic_input,
+    entity_slots,
     env_actions,
     group_masks,
     group_obs,
@@ -117,6 +118,11 @@ class Config(BaseModel):
         description="actor pools the env's interchangeable observation slots as a set (env.entity_slots)",
     )
     critic_hidden: list[int] | None = Field(None, description="critic hidden layer sizes (null: as hidden)")
+    entity_critic: bool = Field(
+        False,
+        description="the critic reads the agent's own observation slots (env.entity_slots) as a set too, "
+        "as the entity actor does (the global state, if any, goes in beside them)",
+    )
     recurrent: bool = Field(
         False,
         description="GRU actors and critics (recurrent MAPPO): the first hidden layer feeds a GRU cell of "
@@ -135,8 +141,10 @@ class Config(BaseModel):
 
     @model_validator(mode="after")
     def _recurrent(self) -> Config:
-        if self.recurrent and self.entity_actor:
-            raise ValueError("recurrent and entity_actor cannot be combined yet: set one of them false")
+        if self.recurrent and (self.entity_actor or self.entity_critic):
+            raise ValueError(
+                "recurrent and entity_actor / entity_critic cannot be combined yet: set one of them false"
+            )
         if self.recurrent and self.model is not None:
             raise ValueError(
                 "recurrent and model (imagined rollouts) cannot be combined yet: set one of them"
@@ -221,7 +229,17 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation, cfg.recurrent) for g in groups])
     critic_hidden = cfg.hidden if cfg.critic_hidden is None else cfg.critic_hidden
     critics = nn.ModuleList(
-        [Critic(g.own_dim + state_dim, critic_hidden, cfg.activation, cfg.recurrent) for g in groups]
+        [
+            Critic(
+                g.own_dim + state_dim,
+                critic_hidden,
+                cfg.activation,
+                cfg.recurrent,
+                entity_slots(env, g, state_dim) if cfg.entity_critic else None,
+                head_only=state_dim,
+            )
+            for g in groups
+        ]
     )
     optimizer = torch.optim.Adam(
         [*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5, foreach=True

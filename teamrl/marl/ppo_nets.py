@@ -106,6 +106,17 @@ def make_groups(
     return groups
 
 
+def entity_slots(env: VecMultiAgentEnv, g: GroupSpec, offset: int = 0) -> tuple[int, int, int]:
+    """The group's interchangeable observation slots ``(start, count, width)`` (``env.entity_slots``),
+    ``start`` moved by ``offset`` (the critic's input puts the global state first); a ValueError if the env
+    declares none."""
+    slots: dict[str, tuple[int, int, int]] = getattr(env, "entity_slots", None) or {}
+    if g.agents[0] not in slots:
+        raise ValueError("entity_critic needs an env that declares entity_slots (e.g. simple_spread)")
+    start, count, width = slots[g.agents[0]]
+    return start + offset, count, width
+
+
 def group_obs(g: GroupSpec, obs: dict[str, np.ndarray]) -> torch.Tensor:
     """The actor's input ``[B, k, in_dim]``: observations, then the one-hot id in a shared group."""
     x = torch.from_numpy(np.stack([obs[a].reshape(len(obs[a]), -1) for a in g.agents], axis=1)).float()
@@ -155,34 +166,40 @@ class EntityNet(nn.Module):
     """An MLP whose ``count`` slots of ``width`` inputs at ``start`` form a set: each slot, together with
     the rest of the input, is encoded by one shared MLP; the encodings are pooled by softmax attention
     and by max; a head MLP maps the pools and the rest to the output. Permuting the slots permutes
-    nothing in the output."""
+    nothing in the output. The first ``head_only`` inputs (a critic's global state) go to the head alone,
+    not into every slot's encoding."""
 
     def __init__(
-        self, in_dim: int, slots: tuple[int, int, int], hidden: list[int], n_out: int, activation: str
+        self,
+        in_dim: int,
+        slots: tuple[int, int, int],
+        hidden: list[int],
+        n_out: int,
+        activation: str,
+        out_gain: float = 0.01,
+        head_only: int = 0,
     ) -> None:
         super().__init__()
         self.start, self.count, self.width = slots
-        if self.start < 0 or self.count < 1 or self.start + self.count * self.width > in_dim:
-            raise ValueError(f"entity slots {slots} do not fit an input of {in_dim}")
+        self.head_only = head_only
+        if self.start < head_only or self.count < 1 or self.start + self.count * self.width > in_dim:
+            raise ValueError(f"entity slots {slots} do not fit an input of {in_dim} after {head_only}")
         act, h = ACTIVATIONS[activation], hidden[0]
-        rest = in_dim - self.count * self.width
+        rest = in_dim - self.count * self.width - head_only
         self.encode = mlp([self.width + rest, h, h], act)
         self.score = nn.Linear(h, 1)
-        self.head = mlp(
-            [2 * h + rest, *hidden[1:], n_out] if len(hidden) > 1 else [2 * h + rest, n_out],
-            act,
-            out_gain=0.01,
-        )
+        widths = [2 * h + rest + head_only, *hidden[1:], n_out]
+        self.head = mlp(widths if len(hidden) > 1 else [widths[0], n_out], act, out_gain=out_gain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         end = self.start + self.count * self.width
         tokens = x[..., self.start : end].unflatten(-1, (self.count, self.width))
-        rest = torch.cat([x[..., : self.start], x[..., end:]], dim=-1)
+        rest = torch.cat([x[..., self.head_only : self.start], x[..., end:]], dim=-1)
         h = torch.relu(
             self.encode(torch.cat([tokens, rest.unsqueeze(-2).expand(*tokens.shape[:-1], -1)], -1))
         )
         attn = torch.softmax(self.score(h), dim=-2)
-        pooled = torch.cat([(attn * h).sum(-2), h.amax(-2), rest], dim=-1)
+        pooled = torch.cat([(attn * h).sum(-2), h.amax(-2), rest, x[..., : self.head_only]], dim=-1)
         return self.head(pooled)
 
 
@@ -271,15 +288,26 @@ class Actor(nn.Module):
 
 class Critic(nn.Module):
     """One value per agent, on the normalised scale of ``norm`` (the running statistics of targets).
-    Recurrent: :meth:`step` takes and returns the GRU state."""
+    Recurrent: :meth:`step` takes and returns the GRU state. ``entities``: slots of the input read as a set
+    (an :class:`EntityNet`), as the entity actor reads them."""
 
     def __init__(
-        self, in_dim: int, hidden: list[int], activation: str = "relu", recurrent: bool = False
+        self,
+        in_dim: int,
+        hidden: list[int],
+        activation: str = "relu",
+        recurrent: bool = False,
+        entities: tuple[int, int, int] | None = None,
+        head_only: int = 0,
     ) -> None:
         super().__init__()
         self.recurrent = recurrent
         if recurrent:
             self.rnn = RecurrentNet(in_dim, hidden, 1, activation, out_gain=1.0)
+        elif entities is not None:  # the input is [global state, own input]: the state goes to the head
+            self.net: nn.Module = EntityNet(
+                in_dim, entities, hidden, 1, activation, out_gain=1.0, head_only=head_only
+            )
         else:
             self.net = mlp([in_dim, *hidden, 1], ACTIVATIONS[activation], out_gain=1.0)
         self.norm = RunningMeanStd()
