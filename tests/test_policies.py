@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -113,7 +114,30 @@ def test_interrupted_build_leaves_no_out_dir(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(KeyboardInterrupt):
         build_embedded_default(_copy_corpus(40), out, sft=SFTSettings(max_steps=1), progress=False)
     assert not out.exists()
-    assert list(tmp_path.iterdir()) == []  # the temp dir is gone too
+    assert [p.name for p in tmp_path.iterdir()] == [".default.lock"]  # the temp dir is gone too
+
+
+def test_a_second_builder_waits_for_the_first_and_reuses_its_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs started at once on a fresh machine: the second waits on the first's lock, then finds the
+    finished build and trains nothing."""
+    out = tmp_path / "default"
+
+    def no_training(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the waiting builder trained a model")
+
+    monkeypatch.setattr(tiny_module, "sft_train", no_training)
+    got: list[Path] = []
+    with tiny_module.build_lock(out):  # the first builder, at work
+        waiter = threading.Thread(target=lambda: got.append(build_embedded_default(_copy_corpus(10), out)))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not got  # waiting, not building
+        out.mkdir()  # the first builder's finished build appears
+        (out / tiny_module.BUILD_MARKER).write_text("{}")
+    waiter.join(10)
+    assert got == [out]
 
 
 def test_existing_foreign_out_dir_is_refused(tmp_path: Path) -> None:

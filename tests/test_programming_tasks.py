@@ -198,3 +198,41 @@ def test_bad_split_and_size_raise() -> None:
         suite.fixed_set("dev", 3)
     with pytest.raises(ValueError, match="-1"):
         suite.sample("train", -1, random.Random(0))
+
+
+def test_twins_come_in_pairs_that_differ_in_one_step(suite: ProgrammingTaskSuite) -> None:
+    """``sample_twins``: each drawn task is followed by a twin of the same family, difficulty, name and kind
+    in the same split, a different task whose reference differs from it in one step; mostly, the hidden
+    tests tell the two apart."""
+    tasks = suite.sample_twins("train", 41, random.Random(3))
+    assert len(tasks) == 41 and len({t.task_id for t in tasks}) == 41
+    assert not any(suite.is_heldout(t) for t in tasks)
+    pairs = told_apart = 0
+    for a, b in zip(tasks, tasks[1:], strict=False):
+        same = (a.family, a.difficulty, a.func_name, a.kind) == (b.family, b.difficulty, b.func_name, b.kind)
+        if not same:
+            continue
+        pairs += 1
+        assert a.reference_solution != b.reference_solution
+        lines = zip(a.reference_solution.splitlines(), b.reference_solution.splitlines(), strict=True)
+        assert 1 <= sum(x != y for x, y in lines) <= 2  # a small change: one step of the body
+        told_apart += not all(_passes(b.reference_solution, a.hidden_tests))  # a's tests reject b's answer
+    assert pairs >= 15  # most draws have a twin in the same split
+    assert told_apart >= 0.8 * pairs
+    assert suite.sample_twins("train", 0, random.Random(0)) == []
+
+
+def test_twins_setting_changes_rl_iterations_only() -> None:
+    from teamrl.tasks.suites import ProgrammingSuite, TasksConfig
+
+    plain, paired = ProgrammingSuite(TasksConfig()), ProgrammingSuite(TasksConfig(twins=True))
+    draw = [t.task_id for t in plain.sample_iteration(6, random.Random(5))]
+    assert draw == [t.task_id for t in ProgrammingTaskSuite().sample("train", 6, random.Random(5))]
+    twins = [t.task_id for t in paired.sample_iteration(6, random.Random(5))]
+    assert twins == [t.task_id for t in ProgrammingTaskSuite().sample_twins("train", 6, random.Random(5))]
+    assert twins != draw
+    # the demonstrations' and the evaluations' draws are the plain suite's
+    assert [t.task_id for t in paired.sample("train", 6, random.Random(5))] == draw
+    assert [t.task_id for t in paired.fixed_set("heldout", 8)] == [
+        t.task_id for t in plain.fixed_set("heldout", 8)
+    ]

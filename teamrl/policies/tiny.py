@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock, Timeout
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
@@ -79,8 +82,28 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -
     return LlamaForCausalLM(config)
 
 
+log = logging.getLogger("teamrl.policies")
+
+
 def _is_complete(out_dir: Path) -> bool:
     return (out_dir / BUILD_MARKER).is_file()
+
+
+@contextmanager
+def build_lock(out_dir: Path) -> Iterator[None]:
+    """Held while ``out_dir`` is built: a second process building the same base (two seeds started at once
+    on a fresh machine) waits for the first and reuses its build instead of training it again."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(out_dir.parent / f".{out_dir.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("another process is building %s: waiting for it", out_dir)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def build_embedded_default(
@@ -95,10 +118,26 @@ def build_embedded_default(
 
     Returns at once if ``out_dir`` already holds a finished build (the caller keys ``out_dir`` by corpus
     and config). The build is written to a sibling temp dir and renamed, so an interrupted build never
-    leaves a partial ``out_dir``.
+    leaves a partial ``out_dir``; a second process asking for the same ``out_dir`` meanwhile waits for this
+    one (a file lock beside it) and reuses its build.
     """
     out_dir = Path(out_dir)
     if _is_complete(out_dir):
+        return out_dir
+    with build_lock(out_dir):
+        return _build(examples, out_dir, cfg, sft, seed, progress)
+
+
+def _build(
+    examples: Sequence[tuple[str, str]],
+    out_dir: Path,
+    cfg: TinyModelConfig,
+    sft: SFTSettings,
+    seed: int,
+    progress: bool,
+) -> Path:
+    """:func:`build_embedded_default` under its lock."""
+    if _is_complete(out_dir):  # built by the process we waited for
         return out_dir
     if out_dir.exists():
         raise FileExistsError(
