@@ -32,12 +32,6 @@ class TaskSuite(ABC, Generic[T]):
     def sample(self, split: str, n: int, rng: random.Random) -> list[Any]:
         """``n`` tasks of ``split`` drawn with ``rng`` (the trainer seeds it per iteration)."""
 
-    def sample_iteration(self, n: int, rng: random.Random) -> list[Any]:
-        """The ``n`` training tasks of one RL iteration (default: ``sample("train", n, rng)``). A suite may
-        compose an iteration's tasks otherwise (the programming suite's contrastive twins) without changing
-        what the demonstrations or the evaluations draw."""
-        return self.sample("train", n, rng)
-
     def fixed_set(self, split: str, n: int) -> list[Any]:
         """The same ``n`` tasks of ``split`` every time (the evaluation set)."""
         return self.sample(

@@ -275,43 +275,6 @@ class ProgrammingTaskSuite:
             tasks.append(task)
         return tasks
 
-    def sample_twins(self, split: str, n: int, rng: random.Random) -> list[ProgrammingTask]:
-        """`n` tasks of `split` in contrastive pairs: a task drawn as :meth:`sample` draws, then its twin, the
-        task of the same family, difficulty, name and kind whose parameters are one of its buggy variants'
-        (``min`` for ``max``, a constant one off, the other comparison), where that task lies in the same
-        split; a task without such a twin is followed by a fresh draw. Learning from both, RL is paid for
-        reading the step in which they differ, not for favouring the reading that was drawn more often."""
-        pool = self._pool(split)
-        if n < 0:
-            raise ValueError(f"n={n} must be >= 0")
-        families = list(pool)
-        tasks: list[ProgrammingTask] = []
-        seen: set[str] = set()
-        while len(tasks) < n:
-            for _attempt in range(_DISTINCT_TRIES):
-                family = rng.choice(families)
-                d = rng.choice(list(pool[family]))
-                params = rng.choice(pool[family][d])
-                func_name = rng.choice(_FAMILIES[family].func_names)
-                kind = rng.choice(self.kinds)
-                task = _build(family, d, params, func_name, kind)
-                if task.task_id not in seen:
-                    break
-            seen.add(task.task_id)
-            tasks.append(task)
-            if len(tasks) == n:
-                break
-            here = set(pool[family][d])
-            twins = [m for m in _FAMILIES[family].mutants(params) if m in here and m != params]
-            rng.shuffle(twins)
-            for twin_params in twins:
-                twin = _build(family, d, twin_params, func_name, kind)
-                if twin.task_id not in seen:
-                    seen.add(twin.task_id)
-                    tasks.append(twin)
-                    break
-        return tasks
-
     def fixed_set(self, split: str, n: int) -> list[ProgrammingTask]:
         """A deterministic evaluation set: same suite seed and settings give the same tasks in order."""
         return self.sample(split, n, random.Random(f"teamrl-programming-{self.seed}-{split}"))

@@ -46,13 +46,6 @@ class TasksConfig(_Generated):
 
     suite: str = "programming"
     kinds: list[Literal["write", "fix"]] = Field(default_factory=lambda: list(_KINDS))
-    twins: bool = Field(
-        False,
-        description="an RL iteration's tasks come in contrastive pairs: each task beside its twin, the "
-        "task that differs from it in one step (min for max, a constant one off: a buggy variant's), so RL "
-        "is paid for reading that step rather than for favouring the reading drawn more often (the "
-        "demonstrations and evaluations draw as before)",
-    )
 
 
 class ReasoningTasksConfig(_Generated):
@@ -116,11 +109,6 @@ class ProgrammingSuite(TaskSuite[TasksConfig]):
 
     def sample(self, split: str, n: int, rng: random.Random) -> list[Any]:
         return self.inner.sample(split, n, rng)
-
-    def sample_iteration(self, n: int, rng: random.Random) -> list[Any]:
-        if self.settings.twins:
-            return self.inner.sample_twins("train", n, rng)
-        return self.inner.sample("train", n, rng)
 
     def fixed_set(self, split: str, n: int) -> list[Any]:
         return self.inner.fixed_set(split, n)

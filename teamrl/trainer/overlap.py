@@ -291,9 +291,7 @@ def iteration_seed(cfg: Config, step: int) -> int:
 def iteration_tasks(cfg: Config, suite: Any, step: int) -> list[Any]:
     """The training tasks RL iteration ``step`` plays, drawn from the step's seed (so a finished run's can be
     drawn again: ``benchmarks/greedy_eval.py --transfer``)."""
-    rng, n = random.Random(iteration_seed(cfg, step)), cfg.algorithm.tasks_per_iteration
-    draw = getattr(suite, "sample_iteration", None)  # TaskSuite's; a duck-typed suite may lack it
-    return draw(n, rng) if callable(draw) else suite.sample("train", n, rng)
+    return suite.sample("train", cfg.algorithm.tasks_per_iteration, random.Random(iteration_seed(cfg, step)))
 
 
 def plan_iteration(cfg: Config, suite: Any, phase: Phase, step: int) -> RolloutPlan:
