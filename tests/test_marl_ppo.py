@@ -230,6 +230,11 @@ def test_entity_critic_reads_the_landmarks_as_a_set_and_the_state_beside_them():
         ppo.entity_slots(CueGame(2, 0), ppo.make_groups(CueGame(2, 0), "shared", agent_id=True)[0])
     with pytest.raises(ValueError, match="entity_critic"):
         ppo.Config(recurrent=True, entity_critic=True)
+    from teamrl.config import ConfigError
+    from teamrl.marl.train import resolve
+
+    with pytest.raises(ConfigError, match="entity_critic needs"):  # a clear error before training starts
+        resolve("mappo", "mpe2:simple_reference_v3", {"entity_critic": True})
 
 
 @pytest.mark.parametrize("entity_critic", [False, True])

@@ -154,10 +154,13 @@ def check_spaces(algo: str, cfg: Any, env: Any) -> None:
             f"{ACTION_SPACES[algo]} actions (supported action spaces: {supported})"
         )
     if algo in ("ippo", "mappo"):
-        from teamrl.marl.ppo import make_groups
+        from teamrl.marl.ppo import entity_slots, make_groups
 
-        try:  # parameter_sharing=shared needs equal spaces; entity_actor needs entity_slots
-            make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
+        try:  # parameter_sharing=shared needs equal spaces; entity_actor / entity_critic need entity_slots
+            groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
+            if cfg.entity_critic:
+                for g in groups:
+                    entity_slots(env, g)
         except ValueError as exc:
             raise ConfigError(f"{algo}: {exc}") from None
         if cfg.model is not None:
