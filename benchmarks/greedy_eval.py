@@ -61,9 +61,8 @@ def greedy_eval(
         trainer.close()
 
 
-Played = tuple[
-    bool, float, bool | None
-]  # solved, outcome, first code version passed (None: no code versions)
+# an episode as (solved, outcome, first code version passed: None where it has no code versions)
+Played = tuple[bool, float, bool | None]
 
 
 def _play(trainer: Any, tasks: list[Any], episodes_per_task: int) -> list[list[Played]]:
@@ -104,14 +103,19 @@ def _greedy(
     seats = trainer.team.seats  # Seat is frozen: replace the seats
     for role, seat in list(seats.items()):
         seats[role] = dataclasses.replace(seat, temperature=0.0)
-    if expert is not None and expert not in trainer.workflow.experts(random.Random(0)):
-        raise SystemExit(f"--expert {expert}: the workflow's experts are {sorted(seats)}")
+
+    def experts() -> dict[str, Any]:
+        """The workflow's scripted experts, drawing afresh (the same draws for each team)."""
+        return workflow_experts(trainer.workflow, random.Random(0))
+
+    if expert is not None and expert not in experts():
+        raise SystemExit(f"--expert {expert}: the workflow's experts are {sorted(experts())}")
     tasks = trainer.suite.fixed_set("heldout", n_tasks)
 
     def play() -> list[Played]:
         """(solved, outcome, first version right) of each task's greedy episode."""
-        if expert is not None:  # the scripted expert speaks for this role, drawing afresh for each team
-            seats[expert] = workflow_experts(trainer.workflow, random.Random(0))[expert]
+        if expert is not None:  # the scripted expert speaks for this role
+            seats[expert] = experts()[expert]
         return [episodes[0] for episodes in _play(trainer, tasks, 1)]
 
     rl_played = play()
