@@ -100,6 +100,32 @@ def test_hidden_tests_are_kept_back_and_informative(tasks: list[ProgrammingTask]
         assert len({h.split(" == ")[1] for h in t.hidden_tests}) > 1, t.task_id
 
 
+def test_no_buggy_variant_passes_every_hidden_test() -> None:
+    """The verifier cannot be passed by near-miss code: every buggy variant of a task (the other comparison,
+    a boundary or constant one off, min for max) that differs from the reference on some input of the
+    family's input pool outside the shown examples fails one of its hidden tests. Before, 19 of 200
+    held-out tasks paid such a variant as right."""
+    from teamrl.tasks.programming import _FAMILIES, _body_text
+
+    def source(t: ProgrammingTask, p: tuple[Any, ...]) -> str:
+        shape = _FAMILIES[t.family].shape(p)
+        return f"def {t.func_name}({shape.args}):\n{_body_text(shape.body)}"
+
+    suite = ProgrammingTaskSuite()
+    checked = passed = 0
+    for t in suite.fixed_set("heldout", 200) + suite.fixed_set("train", 100):
+        fam = _FAMILIES[t.family]
+        params = next(p for p in fam.space(t.difficulty) if source(t, p) == t.reference_solution)
+        for mutant in fam.mutants(params):
+            code = source(t, mutant)
+            if code == t.reference_solution:
+                continue
+            checked += 1
+            passed += all(_passes(code, t.hidden_tests))
+    assert checked > 600
+    assert passed <= 0.01 * checked  # the rest tell apart only on the shown examples or outside the pool
+
+
 def test_texts_stay_short_regular_and_ascii(tasks: list[ProgrammingTask]) -> None:
     for t in tasks:
         assert len(t.spec) <= 120 and t.spec.startswith(f"{t.func_name}(")

@@ -115,6 +115,14 @@ def _load(code: str, func_name: str) -> Callable[..., Any]:
     return namespace[func_name]
 
 
+def _differs(f: Callable[..., Any], args: tuple[Any, ...], want: Any) -> bool:
+    """Whether ``f(*args)`` differs from ``want`` (raising counts as differing)."""
+    try:
+        return bool(f(*args) != want)
+    except Exception:  # a buggy variant of our own that fails on this input
+        return True
+
+
 @lru_cache(maxsize=8192)
 def _build(family: str, difficulty: int, params: Params, func_name: str, kind: str) -> ProgrammingTask:
     fam = _FAMILIES[family]
@@ -163,8 +171,39 @@ def _build(family: str, difficulty: int, params: Params, func_name: str, kind: s
     rest.sort(key=lambda i: outputs[i] == outputs[shown])
     example_ids = [shown, rest.pop(0)]
     hidden_ids, covered = [kept], {outputs[kept]}
+    # Then inputs on which the task's other buggy variants fail, so that none of them (a boundary one off,
+    # the other comparison) passes every hidden test where some input tells it apart: drawn from the rest
+    # of the pool and from further inputs (their own stream: the examples above stay as they were).
+    more = random.Random(f"{key}:hidden")
+    for _ in range(_POOL_DRAWS):
+        for args in fam.inputs(more):
+            call = f"{func_name}({', '.join(_lit(a) for a in args)})"
+            if call not in seen:
+                seen.add(call)
+                pool.append((call, args))
+                expected.append(ref(*args))
+                outputs.append(_lit(expected[-1]))
+                rest.append(len(pool) - 1)
+    caught: list[set[int]] = []  # per other buggy variant: the inputs on which it fails
+    for mutant in mutants:
+        variant = f"{func_name}({shape.args}):\n{_body_text(fam.shape(mutant).body)}"
+        if f"def {variant}" in (reference, buggy):
+            continue
+        f = _load(f"def {variant}", func_name)
+        fails = {i for i in [kept, *rest] if _differs(f, pool[i][1], expected[i])}
+        if fails:
+            caught.append(fails)
+    pending = [c for c in caught if kept not in c]
+    while pending:
+        best = max(
+            (i for i in rest if i not in hidden_ids),
+            key=lambda i: (sum(i in c for c in pending), outputs[i] not in covered),
+        )
+        hidden_ids.append(best)
+        covered.add(outputs[best])
+        pending = [c for c in pending if best not in c]
     for i in rest:
-        if len(hidden_ids) < _N_HIDDEN and outputs[i] not in covered:
+        if len(hidden_ids) < _N_HIDDEN and outputs[i] not in covered and i not in hidden_ids:
             hidden_ids.append(i)
             covered.add(outputs[i])
     hidden_ids += [i for i in rest if i not in hidden_ids][: _N_HIDDEN - len(hidden_ids)]
