@@ -283,6 +283,47 @@ def test_few_iterations_learn_the_cue_game(centralised):
     assert ev["return/mean"] > 7.0
 
 
+class HelperGame(CueGame):
+    """Agent a1 earns nothing itself; a0 earns 1 when a1 plays a1's cue (a0's own action does not count)."""
+
+    def step(self, actions) -> VecStep:
+        helped = (np.asarray(actions["a1"]) == self.cue["a1"]).astype(np.float32)
+        step = super().step(actions)
+        step.rewards["a0"], step.rewards["a1"] = helped, np.zeros_like(helped)
+        return step
+
+
+def test_learned_rewards_are_the_agents_own_or_the_team_sum():
+    r = np.array([[1.0, 2.0, 4.0], [0.0, -1.0, 0.5]], np.float32)
+    assert ppo.learned_rewards(r, False) is r
+    assert ppo.learned_rewards(r, True).tolist() == [[7.0] * 3, [-0.5] * 3]
+
+
+@pytest.mark.parametrize("team_reward", [False, True])
+def test_team_reward_teaches_an_agent_whose_own_reward_is_zero(team_reward):
+    """a1's help is worth 1/4 per step at random; only the team's reward tells a1 that helping pays.
+    The logged returns stay per agent (a1's stays 0)."""
+    cfg = ppo.Config(
+        total_env_steps=32 * 4 * 30,
+        num_envs=32,
+        rollout_steps=4,
+        centralised_critic=True,
+        hidden=[32],
+        lr=3e-3,
+        epochs=4,
+        anneal_lr=False,
+        team_reward=team_reward,
+    )
+    run = _run(lambda n, s: HelperGame(n, s), cfg.total_env_steps)
+    ppo.train(cfg, run)
+    last = [r for r in run.history if "return/a0" in r][-1]
+    assert last["return/a1"] == 0.0
+    if team_reward:
+        assert last["return/a0"] > 2.0  # 4 steps: helped in more than half of them
+    else:
+        assert last["return/a0"] < 1.6  # no signal reaches a1: near chance (1.0)
+
+
 def test_config_rejects_unknown_fields():
     with pytest.raises(Exception, match="extra"):
         ppo.Config(learning_rate=1.0)

@@ -9,7 +9,8 @@ One file, read top to bottom:
 * IPPO's critic sees the agent's own observation; MAPPO's (``centralised_critic``) sees the global
   state plus the agent's own observation (the "agent-specific global state" of Yu et al. 2022);
   ``centralised_actor`` gives the actor the global state too (a teacher for distillation, KD-MARL);
-* each agent has its own value and advantage (rewards are per agent), computed with GAE; a copy cut by
+* each agent has its own value and advantage (rewards are per agent; ``team_reward``: every agent learns
+  from the team's summed reward, as the MAPPO paper's MPE runs do), computed with GAE; a copy cut by
   a time limit is bootstrapped from the value of its ``final_obs`` / ``final_state``;
 * value targets are normalised by a running mean / std (``value_norm``, as in the MAPPO paper);
 * action masks are applied to the logits, so masked actions are never sampled;
@@ -73,6 +74,7 @@ __all__ = [
     "gae",
     "group_masks",
     "group_obs",
+    "learned_rewards",
     "make_actor",
     "make_groups",
     "policy_loss",
@@ -136,6 +138,12 @@ class Config(BaseModel):
         "from imagined branches of it (teamrl/marl/imagination.py); null: model-free",
     )
     value_norm: bool = Field(True, description="running mean / std normalisation of value targets")
+    team_reward: bool = Field(
+        False,
+        description="every agent learns from the sum of all agents' rewards (the team's return, what "
+        "cooperative benchmarks score; the MAPPO paper's MPE setting), not its own; logged returns stay "
+        "per agent",
+    )
     checkpoint_every: int = Field(250_000, ge=1, description="env steps between checkpoints")
     threads: int = Field(1, ge=1, description="torch threads")
 
@@ -216,6 +224,14 @@ def value_loss(
         clipped = old_value + (value - old_value).clamp(-clip, clip)
         loss = torch.max(loss, (clipped - target).square())
     return 0.5 * loss.mean()
+
+
+def learned_rewards(rewards: np.ndarray, team: bool) -> np.ndarray:
+    """The rewards the agents learn from, ``[..., n_agents]``: their own, or (``team``) every agent the
+    sum over the last axis."""
+    if not team:
+        return rewards
+    return np.broadcast_to(rewards.sum(-1, keepdims=True), rewards.shape)
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -342,7 +358,8 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         last_obs, last_state, rewards = imag.branch(N, act)
         out, never = [], torch.zeros(H, N, 1)
         for i, g in enumerate(groups):
-            ibuf[i]["rewards"] = rewards[:, :, g.index]
+            learned = rewards.sum(-1, keepdim=True).expand_as(rewards) if cfg.team_reward else rewards
+            ibuf[i]["rewards"] = learned[:, :, g.index]
             after = value(i, inputs(g, last_obs, last_state)[1], None)[0]
             adv, ret = advantage(ibuf[i], after, never, never)
             out.append(({k: v.reshape(H * N, *v.shape[2:]) for k, v in ibuf[i].items()}, adv, ret))
@@ -416,8 +433,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 terminated[t, :, 0] = torch.from_numpy(step.terminated)
                 done[t, :, 0] = torch.from_numpy(step.done)
                 cut = step.truncated & ~step.terminated
+                learned = learned_rewards(rewards, cfg.team_reward)
                 for i, g in enumerate(groups):
-                    buf[i]["rewards"][t] = torch.from_numpy(rewards[:, g.index])
+                    buf[i]["rewards"][t] = torch.from_numpy(learned[:, g.index])
                     if cut.any() and step.final_obs is not None:  # bootstrap from the last observation
                         _, xc = inputs(g, step.final_obs, step.final_state)
                         buf[i]["final_values"][t] = value(i, xc, h_critic[i])[0]
