@@ -257,20 +257,25 @@ def test_entity_actor_trains_and_reloads(tmp_path, entity_critic):
     assert resumed["train"]["env_steps"] >= 800
 
 
-@pytest.mark.parametrize("centralised", [False, True])
-def test_few_iterations_learn_the_cue_game(centralised):
-    """Random play earns 1/3 per agent-step (masked game); a few updates move the weights toward 1."""
-    cfg = ppo.Config(
-        total_env_steps=32 * 4 * 25,
+def _quick_config(updates: int, **overrides) -> ppo.Config:
+    """A small fast learner for the 4-step games: 32 copies, ``updates`` updates, a fixed learning rate."""
+    return ppo.Config(
+        total_env_steps=32 * 4 * updates,
         num_envs=32,
         rollout_steps=4,
-        centralised_critic=centralised,
         hidden=[32],
         lr=3e-3,
         epochs=4,
         minibatches=2,
         anneal_lr=False,
+        **overrides,
     )
+
+
+@pytest.mark.parametrize("centralised", [False, True])
+def test_few_iterations_learn_the_cue_game(centralised):
+    """Random play earns 1/3 per agent-step (masked game); a few updates move the weights toward 1."""
+    cfg = _quick_config(25, centralised_critic=centralised)
     run = _run(lambda n, s: CueGame(n, s, masked=True), cfg.total_env_steps)
     out = ppo.train(cfg, run)
     returns = [r["return/mean"] for r in run.history if "return/mean" in r]
@@ -303,17 +308,7 @@ def test_learned_rewards_are_the_agents_own_or_the_team_sum():
 def test_team_reward_teaches_an_agent_whose_own_reward_is_zero(team_reward):
     """a1's help is worth 1/4 per step at random; only the team's reward tells a1 that helping pays.
     The logged returns stay per agent (a1's stays 0)."""
-    cfg = ppo.Config(
-        total_env_steps=32 * 4 * 30,
-        num_envs=32,
-        rollout_steps=4,
-        centralised_critic=True,
-        hidden=[32],
-        lr=3e-3,
-        epochs=4,
-        anneal_lr=False,
-        team_reward=team_reward,
-    )
+    cfg = _quick_config(30, centralised_critic=True, team_reward=team_reward)
     run = _run(lambda n, s: HelperGame(n, s), cfg.total_env_steps)
     ppo.train(cfg, run)
     last = [r for r in run.history if "return/a0" in r][-1]

@@ -134,13 +134,22 @@ def _build(family: str, difficulty: int, params: Params, func_name: str, kind: s
 
     pool: list[tuple[str, tuple[Any, ...]]] = []
     seen: set[str] = set()
-    # A rare filter can leave a random pool with nearly one answer; then draw more inputs.
-    for _ in range(_POOL_DRAWS):
-        for args in fam.inputs(rng):
+
+    def draw(stream: random.Random) -> list[int]:
+        """One draw of the family's inputs from ``stream``: the calls not seen yet join the pool; their
+        indices."""
+        new = []
+        for args in fam.inputs(stream):
             call = f"{func_name}({', '.join(_lit(a) for a in args)})"
             if call not in seen:
                 seen.add(call)
                 pool.append((call, args))
+                new.append(len(pool) - 1)
+        return new
+
+    # A rare filter can leave a random pool with nearly one answer; then draw more inputs.
+    for _ in range(_POOL_DRAWS):
+        draw(rng)
         if len({_lit(ref(*args)) for _, args in pool}) >= 3:
             break
     rng.shuffle(pool)
@@ -176,14 +185,10 @@ def _build(family: str, difficulty: int, params: Params, func_name: str, kind: s
     # of the pool and from further inputs (their own stream: the examples above stay as they were).
     more = random.Random(f"{key}:hidden")
     for _ in range(_POOL_DRAWS):
-        for args in fam.inputs(more):
-            call = f"{func_name}({', '.join(_lit(a) for a in args)})"
-            if call not in seen:
-                seen.add(call)
-                pool.append((call, args))
-                expected.append(ref(*args))
-                outputs.append(_lit(expected[-1]))
-                rest.append(len(pool) - 1)
+        for i in draw(more):
+            expected.append(ref(*pool[i][1]))
+            outputs.append(_lit(expected[-1]))
+            rest.append(i)
     caught: list[set[int]] = []  # per other buggy variant: the inputs on which it fails
     for mutant in mutants:
         variant = f"{func_name}({shape.args}):\n{_body_text(fam.shape(mutant).body)}"
