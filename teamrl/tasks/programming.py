@@ -129,7 +129,12 @@ def _build(family: str, difficulty: int, params: Params, func_name: str, kind: s
     key = _digest(family, difficulty, params, func_name, kind)
     rng = random.Random(key)
     shape = fam.shape(params)
-    reference = f"def {func_name}({shape.args}):\n{_body_text(shape.body)}"
+
+    def source(p: Params) -> str:
+        """The function the family writes for parameters ``p`` (the reference's, or a buggy variant's)."""
+        return f"def {func_name}({shape.args}):\n{_body_text(fam.shape(p).body)}"
+
+    reference = source(params)
     ref = _load(reference, func_name)
 
     pool: list[tuple[str, tuple[Any, ...]]] = []
@@ -159,7 +164,7 @@ def _build(family: str, difficulty: int, params: Params, func_name: str, kind: s
     mutants = fam.mutants(params)
     start = int(key[:8], 16) % len(mutants)
     for mutant in mutants[start:] + mutants[:start]:
-        buggy = f"def {func_name}({shape.args}):\n{_body_text(fam.shape(mutant).body)}"
+        buggy = source(mutant)
         if buggy == reference:
             continue
         got = [_load(buggy, func_name)(*args) for _, args in pool]
@@ -191,10 +196,10 @@ def _build(family: str, difficulty: int, params: Params, func_name: str, kind: s
             rest.append(i)
     caught: list[set[int]] = []  # per other buggy variant: the inputs on which it fails
     for mutant in mutants:
-        variant = f"{func_name}({shape.args}):\n{_body_text(fam.shape(mutant).body)}"
-        if f"def {variant}" in (reference, buggy):
+        variant = source(mutant)
+        if variant in (reference, buggy):
             continue
-        f = _load(f"def {variant}", func_name)
+        f = _load(variant, func_name)
         fails = {i for i in [kept, *rest] if _differs(f, pool[i][1], expected[i])}
         if fails:
             caught.append(fails)
@@ -211,7 +216,7 @@ def _build(family: str, difficulty: int, params: Params, func_name: str, kind: s
         if len(hidden_ids) < _N_HIDDEN and outputs[i] not in covered and i not in hidden_ids:
             hidden_ids.append(i)
             covered.add(outputs[i])
-    hidden_ids += [i for i in rest if i not in hidden_ids][: _N_HIDDEN - len(hidden_ids)]
+    hidden_ids += [i for i in rest if i not in hidden_ids][: max(0, _N_HIDDEN - len(hidden_ids))]
     rng.shuffle(example_ids)
     rng.shuffle(hidden_ids)
 
