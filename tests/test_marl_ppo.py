@@ -299,7 +299,7 @@ class HelperGame(CueGame):
 
 
 def test_learned_rewards_are_the_agents_own_or_the_team_sum():
-    r = np.array([[1.0, 2.0, 4.0], [0.0, -1.0, 0.5]], np.float32)
+    r = torch.tensor([[1.0, 2.0, 4.0], [0.0, -1.0, 0.5]])
     assert ppo.learned_rewards(r, False) is r
     assert ppo.learned_rewards(r, True).tolist() == [[7.0] * 3, [-0.5] * 3]
 

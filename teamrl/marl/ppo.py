@@ -226,12 +226,10 @@ def value_loss(
     return 0.5 * loss.mean()
 
 
-def learned_rewards(rewards: np.ndarray, team: bool) -> np.ndarray:
+def learned_rewards(rewards: torch.Tensor, team: bool) -> torch.Tensor:
     """The rewards the agents learn from, ``[..., n_agents]``: their own, or (``team``) every agent the
     sum over the last axis."""
-    if not team:
-        return rewards
-    return np.broadcast_to(rewards.sum(-1, keepdims=True), rewards.shape)
+    return rewards.sum(-1, keepdim=True).expand_as(rewards) if team else rewards
 
 
 # ---------------------------------------------------------------------------------------------- train
@@ -358,8 +356,7 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         last_obs, last_state, rewards = imag.branch(N, act)
         out, never = [], torch.zeros(H, N, 1)
         for i, g in enumerate(groups):
-            learned = rewards.sum(-1, keepdim=True).expand_as(rewards) if cfg.team_reward else rewards
-            ibuf[i]["rewards"] = learned[:, :, g.index]
+            ibuf[i]["rewards"] = learned_rewards(rewards, cfg.team_reward)[:, :, g.index]
             after = value(i, inputs(g, last_obs, last_state)[1], None)[0]
             adv, ret = advantage(ibuf[i], after, never, never)
             out.append(({k: v.reshape(H * N, *v.shape[2:]) for k, v in ibuf[i].items()}, adv, ret))
@@ -433,9 +430,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 terminated[t, :, 0] = torch.from_numpy(step.terminated)
                 done[t, :, 0] = torch.from_numpy(step.done)
                 cut = step.truncated & ~step.terminated
-                learned = learned_rewards(rewards, cfg.team_reward)
+                learned = learned_rewards(torch.from_numpy(rewards), cfg.team_reward)
                 for i, g in enumerate(groups):
-                    buf[i]["rewards"][t] = torch.from_numpy(learned[:, g.index])
+                    buf[i]["rewards"][t] = learned[:, g.index]
                     if cut.any() and step.final_obs is not None:  # bootstrap from the last observation
                         _, xc = inputs(g, step.final_obs, step.final_state)
                         buf[i]["final_values"][t] = value(i, xc, h_critic[i])[0]
