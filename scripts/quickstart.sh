@@ -4,5 +4,5 @@
 # embedded tiny model, on CPU). Extra arguments go to `teamrl train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+TEAMRL_SETUP=run bash scripts/setup.sh   # what the run needs; the test command adds the test tools
 exec .venv/bin/teamrl train examples/test_driven.yaml "$@"

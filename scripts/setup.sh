@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up teamrl in ./.venv: torch first (the pinned CPU build), then the package and its test tools,
 # then bubblewrap for the code sandbox and headless Chromium for the report's browser test where the
-# machine can install them. Safe to run again.
+# machine can install them. Safe to run again. TEAMRL_SETUP=run (scripts/quickstart.sh) installs only what
+# a training run needs: no test tools, no Chromium (about 25 s less on a fresh machine); the test command
+# adds them later.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +19,20 @@ TORCH_VERSION=${TEAMRL_TORCH:-2.13.0}
 if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
     $PIP install -q "torch==$TORCH_VERSION"
 fi
-if ! .venv/bin/python -c "import teamrl, pytest, ruff" 2>/dev/null || [ pyproject.toml -nt .venv/.teamrl-installed ]; then
+MODE=${TEAMRL_SETUP:-dev}
+if [ "$MODE" != dev ] && [ "$MODE" != run ]; then
+    echo "setup: TEAMRL_SETUP=$MODE: expected 'dev' (the default: the package and its test tools) or 'run'" >&2
+    exit 2
+fi
+# a marker newer than pyproject.toml: that install is current (the dev one covers a run's needs too)
+current() { [ -e "$1" ] && ! [ pyproject.toml -nt "$1" ]; }
+if [ "$MODE" = run ]; then
+    if ! .venv/bin/python -c "import teamrl" 2>/dev/null \
+        || ! { current .venv/.teamrl-installed || current .venv/.teamrl-installed-run; }; then
+        $PIP install -q -e .
+        touch .venv/.teamrl-installed-run
+    fi
+elif ! .venv/bin/python -c "import teamrl, pytest, ruff" 2>/dev/null || ! current .venv/.teamrl-installed; then
     $PIP install -q -e ".[dev]"
     touch .venv/.teamrl-installed
 fi
@@ -33,7 +48,7 @@ if ! command -v bwrap >/dev/null 2>&1; then
 fi
 
 # tests/test_report.py opens the HTML report in headless Chromium (driven by selenium via chromedriver).
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+if [ "$MODE" = dev ] && { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
             >/dev/null 2>&1 \
