@@ -2,10 +2,16 @@
 # Set up teamrl in ./.venv: torch first (the pinned CPU build), then the package and its test tools,
 # then bubblewrap for the code sandbox and headless Chromium for the report's browser test where the
 # machine can install them. Safe to run again. TEAMRL_SETUP=run (scripts/quickstart.sh) installs only what
-# a training run needs: no test tools, no Chromium (about 25 s less on a fresh machine); the test command
-# adds them later.
+# a training run needs: no test tools, no Chromium (about half a minute less on a fresh machine); the test
+# command adds them later.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+MODE=${TEAMRL_SETUP:-dev}
+if [ "$MODE" != dev ] && [ "$MODE" != run ]; then
+    echo "setup: TEAMRL_SETUP=$MODE: expected 'dev' (the default: the package and its test tools) or 'run'" >&2
+    exit 2
+fi
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -18,11 +24,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 TORCH_VERSION=${TEAMRL_TORCH:-2.13.0}
 if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
     $PIP install -q "torch==$TORCH_VERSION"
-fi
-MODE=${TEAMRL_SETUP:-dev}
-if [ "$MODE" != dev ] && [ "$MODE" != run ]; then
-    echo "setup: TEAMRL_SETUP=$MODE: expected 'dev' (the default: the package and its test tools) or 'run'" >&2
-    exit 2
 fi
 # a marker newer than pyproject.toml: that install is current (the dev one covers a run's needs too)
 current() { [ -e "$1" ] && ! [ pyproject.toml -nt "$1" ]; }
