@@ -1,6 +1,7 @@
 """scripts/setup.sh's two modes, run against a stand-in ``.venv`` whose python logs what it is asked to do
 (no real install): ``dev`` (the default, what the test command uses) installs the package with its test
-tools, ``run`` (what the quick start uses) only the package, each skipped while its install is current."""
+tools, ``run`` (what the quick start uses) only the package, each skipped while its install is current; pip
+installs without byte-compiling and the packages are compiled once afterwards, on all cores."""
 
 from __future__ import annotations
 
@@ -52,17 +53,19 @@ def _setup(
     done = subprocess.run(
         ["bash", str(root / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
     )
-    installs = (
-        [line for line in log.read_text().splitlines() if "pip install" in line] if log.exists() else []
-    )
-    return done, installs
+    calls = log.read_text().splitlines() if log.exists() else []
+    installs = [line for line in calls if "pip install" in line or "compileall" in line]
+    if installs:  # pip installs without byte-compiling; the packages are compiled once, after every install
+        assert all("--no-compile" in line for line in installs[:-1]), installs
+        assert installs[-1].startswith("-m compileall -q -j 0 "), installs
+    return done, installs[:-1]
 
 
 def test_run_mode_installs_the_package_without_its_test_tools(tmp_path):
     root = _checkout(tmp_path)
     done, installs = _setup(root, "run", imports_fail=True)
     assert done.returncode == 0, done.stderr
-    assert any(line.endswith("install -q -e .") for line in installs), installs
+    assert any(line.endswith("install -q --no-compile -e .") for line in installs), installs
     assert not any("[dev]" in line for line in installs)
     assert (root / ".venv" / ".teamrl-installed-run").exists()
 
@@ -71,7 +74,7 @@ def test_dev_mode_is_the_default_and_installs_the_test_tools(tmp_path):
     root = _checkout(tmp_path)
     done, installs = _setup(root, None, imports_fail=True)
     assert done.returncode == 0, done.stderr
-    assert any(line.endswith("install -q -e .[dev]") for line in installs), installs
+    assert any(line.endswith("install -q --no-compile -e .[dev]") for line in installs), installs
     assert (root / ".venv" / ".teamrl-installed").exists()
 
 
