@@ -31,6 +31,7 @@ from teamrl.protocol import Episode
 from teamrl.rewards.functions import RewardContext, combine
 from teamrl.tasks.base import TaskSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
+from teamrl.tasks.sandbox.trusted import TrustedRunner
 from teamrl.trainer.faults import fault_point
 from teamrl.workflows.base import Rollouts, Workflow
 
@@ -183,13 +184,22 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
     on training tasks, so that demonstration prompts are exactly the prompts of an episode."""
     suite = build_suite(cfg)
     rng = random.Random(seed)
-    # the experts' code runs in a local sandbox where the workflow's prompts show runs
-    needed = cfg.workflow_class.demonstrations_need_sandbox
-    local = Sandbox(sandbox_limits(cfg), isolation=cfg.sandbox.isolation) if needed else None
-    workflow = build_workflow(cfg, local)
-    team = Team(workflow_experts(workflow, rng))
-    tasks = workflow.demonstration_tasks(suite.sample("train", n_episodes, rng))
-    episodes = asyncio.run(workflow.demonstrate(team, tasks))
+    # the experts' code runs where the workflow's prompts show runs: no model wrote it (the task's
+    # reference, the generator's own bugs, tests from the reference), so by default it is forked from warm
+    # interpreters instead of contained (TrustedRunner: the same results, a fraction of the CPU)
+    local: Sandbox | TrustedRunner | None = None
+    if cfg.workflow_class.demonstrations_need_sandbox:
+        limits = sandbox_limits(cfg)
+        trusted = cfg.sandbox.trust_demonstrations
+        local = TrustedRunner(limits) if trusted else Sandbox(limits, isolation=cfg.sandbox.isolation)
+    try:
+        workflow = build_workflow(cfg, local)  # type: ignore[arg-type]  # a SandboxLike, as RaySandbox is
+        team = Team(workflow_experts(workflow, rng))
+        tasks = workflow.demonstration_tasks(suite.sample("train", n_episodes, rng))
+        episodes = asyncio.run(workflow.demonstrate(team, tasks))
+    finally:
+        if isinstance(local, TrustedRunner):
+            local.close()
     return turn_pairs(episodes, cfg.role_order())
 
 
