@@ -26,6 +26,8 @@ PROGRAMS = [
     ("import os\nos.kill(os.getpid(), 9)", ""),
     ("print('a' * 300000)", ""),
     ("x = bytearray(1024 ** 3)", ""),  # RLIMIT_AS
+    ("def f(:\n    pass", ""),  # does not compile
+    ("import sys\nsys.stdout.write('x' * 200000)\nsys.stdout.close()", ""),
 ]
 
 

@@ -54,8 +54,9 @@ def child(code, fds, limits):
     sys.stdin = open(0, "r", closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
+        if isinstance(code, BaseException):  # the program did not compile: raised as a fresh one would
+            raise code
         exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
         status = 0
     except SystemExit as exc:
@@ -79,9 +80,13 @@ while True:
     source, stdin, timeout_s, limits = marshal.loads(read_exact(size))
     code = codes.get(source)
     if code is None:
-        code = codes[source] = compile(source, "<sandbox>", "exec")
+        try:
+            code = compile(source, "<sandbox>", "exec")
+        except BaseException as exc:
+            code = exc
         if len(codes) > 64:
             codes.clear()
+        codes[source] = code
     in_r, in_w = os.pipe(); out_r, out_w = os.pipe(); err_r, err_w = os.pipe()
     start = time.monotonic()
     pid = os.fork()
