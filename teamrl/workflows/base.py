@@ -71,7 +71,9 @@ class Workflow(ABC, Generic[S]):
     task_suite: ClassVar[str] = "reasoning"  # the default ``tasks.suite``
     task_type: ClassVar[type | None] = None  # the task class play() takes; a suite of another is refused
     uses_sandbox: ClassVar[bool] = False  # needs a code sandbox (``sandbox:``) to verify
-    demonstrations_need_sandbox: ClassVar[bool] = False  # the experts' episodes run code too
+    # the experts' episodes run code too; that code is the experts' own (no model writes it), so it runs
+    # forked from warm interpreters rather than contained, unless ``sandbox.trust_demonstrations: false``
+    demonstrations_need_sandbox: ClassVar[bool] = False
     own_rewards: ClassVar[bool] = False  # the rules of the game are the reward: only reward ``hybrid``
     # the held-out table's leading rows (label, metric) that ``teamrl train`` / ``teamrl eval`` print
     headline: ClassVar[list[tuple[str, str]]] = [("success", "eval/solved"), ("outcome", "eval/outcome")]
@@ -152,7 +154,9 @@ class Workflow(ABC, Generic[S]):
     # -- demonstrations -----------------------------------------------------------------------------
     def experts(self, rng: random.Random) -> dict[str, ScriptedRole]:
         """A scripted expert per role (``rng`` draws their slips), whose episodes are the SFT data and the
-        embedded base's pre-training. Without them: ``recipe.sft.enabled: false`` and a ``kind: hf`` model."""
+        embedded base's pre-training. Without them: ``recipe.sft.enabled: false`` and a ``kind: hf`` model.
+        Code they write is trusted (``demonstrations_need_sandbox``): an expert that asks a model for its
+        code wants ``sandbox.trust_demonstrations: false``."""
         raise ConfigError(
             f"workflow {type(self).__name__} has no scripted experts, so nothing can demonstrate it: set "
             "recipe.sft.enabled: false and use a policy of kind hf (the embedded base is pre-trained on "
