@@ -21,14 +21,15 @@ fi
 # all cores (the same .pyc files: 20 s less of a fresh run-mode setup on 2 cores, 67 s -> 47 s)
 PIP=".venv/bin/python -m pip"
 INSTALL="$PIP install -q --no-compile"
-INSTALLED=
+COMPILE=  # set once anything is installed
+MARKER=   # the install marker to write once compiled
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # torch before anything that depends on it, so no other build of it is pulled in.
 TORCH_VERSION=${TEAMRL_TORCH:-2.13.0}
 if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
     $INSTALL "torch==$TORCH_VERSION"
-    INSTALLED=1
+    COMPILE=1
 fi
 # a marker newer than pyproject.toml: that install is current (the dev one covers a run's needs too)
 current() { [ -e "$1" ] && ! [ pyproject.toml -nt "$1" ]; }
@@ -36,18 +37,18 @@ if [ "$MODE" = run ]; then
     if ! .venv/bin/python -c "import teamrl" 2>/dev/null \
         || ! { current .venv/.teamrl-installed || current .venv/.teamrl-installed-run; }; then
         $INSTALL -e .
-        INSTALLED=.venv/.teamrl-installed-run
+        COMPILE=1 MARKER=.venv/.teamrl-installed-run
     fi
 elif ! .venv/bin/python -c "import teamrl, pytest, ruff" 2>/dev/null || ! current .venv/.teamrl-installed; then
     $INSTALL -e ".[dev]"
-    INSTALLED=.venv/.teamrl-installed
+    COMPILE=1 MARKER=.venv/.teamrl-installed
 fi
-if [ -n "$INSTALLED" ]; then
+if [ -n "$COMPILE" ]; then
     # what pip would have compiled (files that fail to compile are skipped, as pip skips them); the marker
     # only then, so that an interrupted set-up compiles again
     .venv/bin/python -m compileall -q -j 0 \
         "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
-    [ "$INSTALLED" = 1 ] || touch "$INSTALLED"
+    [ -z "$MARKER" ] || touch "$MARKER"
 fi
 
 # The sandbox uses bubblewrap where available and falls back (with a warning) where not.

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from typing import IO
 
 from teamrl.tasks.sandbox.sandbox import SandboxLimits, SandboxResult
 
@@ -155,15 +156,15 @@ class _Zygote:
             [sys.executable, "-I", "-S", "-B", "-c", _ZYGOTE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            bufsize=0,
         )
 
     def call(self, request: bytes) -> tuple[int | None, bytes, bytes, bool, float]:
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None and stdout is not None
         stdin.write(struct.pack("<Q", len(request)) + request)
-        size = struct.unpack("<Q", _read_exact(stdout, 8))[0]
-        return marshal.loads(_read_exact(stdout, size))  # type: ignore[no-any-return]
+        stdin.flush()
+        (size,) = struct.unpack("<Q", _read(stdout, 8))
+        return marshal.loads(_read(stdout, size))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -178,13 +179,11 @@ class _Zygote:
             self.process.stdout.close()
 
 
-def _read_exact(stream: object, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = stream.read(count - len(data))  # type: ignore[attr-defined]
-        if not chunk:
-            raise RuntimeError("the trusted runner's zygote exited")
-        data += chunk
+def _read(stream: IO[bytes], count: int) -> bytes:
+    """``count`` bytes of the zygote's reply (a buffered read waits for them all, or for its end)."""
+    data = stream.read(count)
+    if len(data) < count:
+        raise RuntimeError("the trusted runner's zygote exited")
     return data
 
 
