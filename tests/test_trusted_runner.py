@@ -10,7 +10,7 @@ import pytest
 
 from teamrl.config import load_config
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
-from teamrl.tasks.sandbox.calls import judge_sync, parse_asserts
+from teamrl.tasks.sandbox.calls import clear_cache, judge_sync, parse_asserts
 from teamrl.tasks.sandbox.trusted import TrustedRunner
 from teamrl.trainer.build import demonstrations
 
@@ -85,6 +85,16 @@ def test_the_demonstrations_are_the_same_with_the_experts_code_trusted_or_sandbo
     trusted = load_config(None, sets)
     sandboxed = load_config(None, [*sets, "sandbox.trust_demonstrations=false"])
     assert trusted.sandbox.trust_demonstrations and not sandboxed.sandbox.trust_demonstrations
+    clear_cache()  # each way runs every program itself: judgements are cached across runners
     pairs = demonstrations(trusted, 40, seed=3)
     assert sum("FAIL" in prompt for prompt, _ in pairs["coder"])  # real reports of failing versions
+    clear_cache()
     assert pairs == demonstrations(sandboxed, 40, seed=3)
+
+
+def test_the_overhead_benchmark_times_the_demonstrations_both_ways():
+    from bench_scripts import load_script
+
+    result = load_script("sandbox_overhead").demonstrations_both_ways(30)
+    assert result["same_pairs"] is True and result["episodes"] == 30
+    assert result["speedup"] == result["sandboxed_s"] / result["trusted_s"] > 0
