@@ -17,9 +17,9 @@ team ahead of the team without it after RL on every seed, greedy and sampled. Wr
 
 ``ROLE_ABLATION_ROLES=planner,tester`` picks the roles (default: every role of ``workflow.order`` whose
 removal leaves a valid config); ``ROLE_ABLATION_TEAM_RUNS=DIR`` reuses the finished team runs
-``DIR/team_s<seed>`` of an earlier batch (of this script or of benchmarks/team_value.py, trained with the
-same config and ``--set``) instead of training the team again. Runs go to a fresh
-``<out-dir>/role_ablation-<timestamp>-<pid>/`` (``team_s<seed>``, ``without_<role>_s<seed>``).
+``DIR/team_s<seed>`` of an earlier batch (of this script or of benchmarks/team_value.py) instead of training
+the team again; a run whose saved config differs from the team's config with ``--set`` is refused. Runs go to
+a fresh ``<out-dir>/role_ablation-<timestamp>-<pid>/`` (``team_s<seed>``, ``without_<role>_s<seed>``).
 """
 
 from __future__ import annotations
@@ -109,6 +109,31 @@ def _ablation_argv(run_dir: Path, seed: int, sets: list[str], team_dir: Path, ro
     return lg._train_argv(TEAM, run_dir, seed, sets, lg.COMMON, fixed)
 
 
+def _differences(old: Any, new: Any, path: str) -> list[str]:
+    """Dotted paths whose values differ, over the keys both have (an option added since a run was trained is
+    not a difference)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            d for k in sorted(old.keys() & new.keys()) for d in _differences(old[k], new[k], f"{path}.{k}")
+        ]
+    return [] if old == new else [path]
+
+
+def check_reused(run_dir: Path, sets: list[str]) -> None:
+    """Refuse a reused team run whose saved config differs from the team's config with ``sets`` (the ``run``
+    section aside): its ablations would be compared with another team."""
+    from teamrl.config import load_config
+
+    saved = (
+        yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else {}
+    )
+    wanted = load_config(REPO / TEAM, sets, check_options=False).model_dump(mode="json")
+    diffs = [d for k, v in wanted.items() if k != "run" and k in saved for d in _differences(saved[k], v, k)]
+    if not saved or diffs:
+        what = f"differs in {', '.join(diffs[:6])}" if diffs else "has no config.yaml"
+        raise AblationError(f"{run_dir} was not trained as {TEAM} with these --set: its config {what}")
+
+
 def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job]:
     """The base build, then seed by seed: the team run (or a link to a reused one), each ablation after it,
     a greedy evaluation of every run after it."""
@@ -124,6 +149,7 @@ def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job
             found = Path(reuse).resolve() / f"team_s{seed}"
             if not (found / "summary.json").exists():
                 raise AblationError(f"{found} is not a finished team run (no summary.json)")
+            check_reused(found, sets)
             batch_dir.mkdir(parents=True, exist_ok=True)
             team.symlink_to(found, target_is_directory=True)
         else:

@@ -10,7 +10,7 @@ import pytest
 from bench_scripts import load_script
 from test_debate_benchmark_script import fake_run
 
-from teamrl.config import load_config
+from teamrl.config import dump_config, load_config
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +92,11 @@ def test_the_ablations_get_the_team_s_tokens_and_base(script, tmp_path, fake_bas
 
 def test_a_batch_s_team_runs_are_reused(script, tmp_path, fake_base, monkeypatch):
     old = tmp_path / "old"
-    fake_run(old / "team_s0", 0.3, 0.4, [900])
+    saved = dump_config(load_config(script.REPO / script.TEAM))
+    for seed in (0, 1):
+        fake_run(old / f"team_s{seed}", 0.3, 0.4, [900])
+        (old / f"team_s{seed}" / "config.yaml").write_text(saved)
     (old / "team_s0" / "greedy_eval.json").write_text("{}")  # already evaluated: not again
-    fake_run(old / "team_s1", 0.3, 0.4, [900])
     monkeypatch.setenv("ROLE_ABLATION_TEAM_RUNS", str(old))
     monkeypatch.setenv("ROLE_ABLATION_ROLES", "tester")
     batch = tmp_path / "batch"
@@ -110,6 +112,9 @@ def test_a_batch_s_team_runs_are_reused(script, tmp_path, fake_base, monkeypatch
     assert jobs["without_tester_s0"].deps == ("build",) and jobs["greedy_team_s1"].deps == ()
     assert (batch / "team_s0").resolve() == (old / "team_s0").resolve()
     assert _overrides(jobs["without_tester_s1"].argv())["recipe.token_budget"] == "900"
+    # a team trained otherwise is refused, naming what differs
+    with pytest.raises(script.AblationError, match=r"differs in algorithm\.kl_coef"):
+        script.plan_jobs([0], ["algorithm.kl_coef=0.01"], tmp_path / "batch3")
     monkeypatch.setenv("ROLE_ABLATION_TEAM_RUNS", str(tmp_path / "nowhere"))
     with pytest.raises(script.AblationError, match="not a finished team run"):
         script.plan_jobs([0], [], tmp_path / "batch2")
