@@ -25,6 +25,7 @@ thread; ``--jobs`` runs go at once, and a seed's baseline starts only after its 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -183,10 +184,17 @@ def _team_argv(run_dir: Path, seed: int, sets: list[str]) -> list[str]:
 
 def _team_base_path(sets: list[str], team_config: str = TEAM_CONFIG) -> str:
     """Where the team's embedded base lives: the baseline starts from the very same weights."""
+    return _base_path(tuple(sets), team_config)
+
+
+@functools.cache
+def _base_path(sets: tuple[str, ...], team_config: str) -> str:
+    """:func:`_team_base_path`, computed once per batch: the path is a hash of the base's demonstrations,
+    which take seconds to play, and every control of every seed asks for it."""
     from teamrl.config import load_config
     from teamrl.trainer.build import embedded_checkpoint_path
 
-    cfg = load_config(REPO / team_config, sets, check_options=False)
+    cfg = load_config(REPO / team_config, list(sets), check_options=False)
     return str(embedded_checkpoint_path(cfg, cfg.policies["default"]))
 
 

@@ -78,35 +78,34 @@ def _flow(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip()
 
 
-def ablated_roles(team_config: str | Path, sets: list[str]) -> list[str]:
-    """``ROLE_ABLATION_ROLES`` (comma-separated), or every role of the team whose removal leaves a valid
-    config."""
+def ablated_roles(team_config: str | Path, sets: list[str]) -> dict[str, list[str]]:
+    """Each role to ablate with its :func:`ablated_overrides`: ``ROLE_ABLATION_ROLES`` (comma-separated;
+    one that cannot come out is an error before anything is trained), or every role of the team whose
+    removal leaves a valid config."""
     from teamrl.config import load_config
 
     given = [r.strip() for r in os.environ.get("ROLE_ABLATION_ROLES", "").split(",") if r.strip()]
     if given:
-        for role in given:
-            ablated_overrides(team_config, sets, role)  # a clear error before anything is trained
-        return given
+        return {role: ablated_overrides(team_config, sets, role) for role in given}
     order = getattr(load_config(REPO / team_config, sets, check_options=False).workflow, "order", None) or []
-    roles = []
+    roles = {}
     for role in order:
         try:
-            ablated_overrides(team_config, sets, role)
+            roles[role] = ablated_overrides(team_config, sets, role)
         except AblationError as exc:
             print(f"role_ablation: not ablated: {exc}", file=sys.stderr)
-        else:
-            roles.append(role)
     return roles
 
 
-def _ablation_argv(run_dir: Path, seed: int, sets: list[str], team_dir: Path, role: str) -> list[str]:
-    """The team without ``role``, from the team's base, until it generated the team run's RL tokens."""
+def _ablation_argv(
+    run_dir: Path, seed: int, sets: list[str], team_dir: Path, without: list[str]
+) -> list[str]:
+    """The team with the ``without`` overrides (one role out), from the team's base, until it generated the
+    team run's RL tokens."""
     tokens = lg.rl_token_counts(team_dir)[0]
     budget = [f"recipe.token_budget={tokens}", *REPEAT] if tokens else ["recipe.roles=[]"]
     same_base = ["policies.default.kind=hf", f"policies.default.path={lg._team_base_path(sets, TEAM)}"]
-    fixed = [*ablated_overrides(TEAM, sets, role), *budget, *same_base]
-    return lg._train_argv(TEAM, run_dir, seed, sets, lg.COMMON, fixed)
+    return lg._train_argv(TEAM, run_dir, seed, sets, lg.COMMON, [*without, *budget, *same_base])
 
 
 def _differences(old: Any, new: Any, path: str) -> list[str]:
@@ -127,10 +126,11 @@ def check_reused(run_dir: Path, sets: list[str]) -> None:
     saved = (
         yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else {}
     )
+    saved = saved if isinstance(saved, dict) else {}  # an empty or broken file is no config either
     wanted = load_config(REPO / TEAM, sets, check_options=False).model_dump(mode="json")
     diffs = [d for k, v in wanted.items() if k != "run" and k in saved for d in _differences(saved[k], v, k)]
     if not saved or diffs:
-        what = f"differs in {', '.join(diffs[:6])}" if diffs else "has no config.yaml"
+        what = f"differs in {', '.join(diffs[:6])}" if diffs else "has no readable config.yaml"
         raise AblationError(f"{run_dir} was not trained as {TEAM} with these --set: its config {what}")
 
 
@@ -144,7 +144,6 @@ def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job
     jobs = [lg.Job("build", partial(lg._build_argv, TEAM, sets), batch_dir / "build.log")]
     for seed in seeds:
         team = batch_dir / f"team_s{seed}"
-        team_deps: tuple[str, ...] = ("build",)
         if reuse:
             found = Path(reuse).resolve() / f"team_s{seed}"
             if not (found / "summary.json").exists():
@@ -152,18 +151,18 @@ def plan_jobs(seeds: list[int], sets: list[str], batch_dir: Path) -> list[lg.Job
             check_reused(found, sets)
             batch_dir.mkdir(parents=True, exist_ok=True)
             team.symlink_to(found, target_is_directory=True)
+            trained: tuple[str, ...] = ()  # the team run is there already
         else:
             argv = partial(lg._train_argv, TEAM, team, seed, sets, lg.COMMON, [])
             jobs.append(lg.Job(team.name, argv, team.with_suffix(".log"), ("build",), team))
-            team_deps = (team.name,)
-        runs = [team] if not (reuse and (team / lg.GREEDY_FILE).exists()) else []
-        for role in roles:
+            trained = (team.name,)
+        evaluate = [] if (team / lg.GREEDY_FILE).exists() else [(team, trained)]
+        for role, without in roles.items():
             run = batch_dir / f"without_{role}_s{seed}"
-            argv = partial(_ablation_argv, run, seed, sets, team, role)
-            jobs.append(lg.Job(run.name, argv, run.with_suffix(".log"), team_deps, run))
-            runs.append(run)
-        for run in runs:
-            deps = (run.name,) if run != team or not reuse else ()
+            argv = partial(_ablation_argv, run, seed, sets, team, without)
+            jobs.append(lg.Job(run.name, argv, run.with_suffix(".log"), trained or ("build",), run))
+            evaluate.append((run, (run.name,)))
+        for run, deps in evaluate:
             log = batch_dir / f"greedy_{run.name}.log"
             jobs.append(
                 lg.Job(f"greedy_{run.name}", partial(lg._greedy_argv, run, GREEDY_N, True), log, deps)

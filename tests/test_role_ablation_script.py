@@ -46,13 +46,15 @@ def test_roles_that_cannot_be_taken_out_are_refused_with_the_reason(script, monk
         script.ablated_overrides(script.TEAM, [], "reviewer")
     with pytest.raises(script.AblationError, match="'coder' is not a valid config"):
         script.ablated_overrides(script.TEAM, [], "coder")  # test_driven needs a code role
-    assert script.ablated_roles(script.TEAM, []) == ["planner", "tester"]
+    roles = script.ablated_roles(script.TEAM, [])
+    assert list(roles) == ["planner", "tester"]
+    assert roles["tester"] == script.ablated_overrides(script.TEAM, [], "tester")
     assert "not ablated" in capsys.readouterr().err
     monkeypatch.setenv("ROLE_ABLATION_ROLES", "tester,coder")
     with pytest.raises(script.AblationError, match="'coder'"):
         script.ablated_roles(script.TEAM, [])
     monkeypatch.setenv("ROLE_ABLATION_ROLES", "tester")
-    assert script.ablated_roles(script.TEAM, []) == ["tester"]
+    assert list(script.ablated_roles(script.TEAM, [])) == ["tester"]
 
 
 def test_a_workflow_without_an_order_is_refused(script, monkeypatch):
@@ -115,6 +117,9 @@ def test_a_batch_s_team_runs_are_reused(script, tmp_path, fake_base, monkeypatch
     # a team trained otherwise is refused, naming what differs
     with pytest.raises(script.AblationError, match=r"differs in algorithm\.kl_coef"):
         script.plan_jobs([0], ["algorithm.kl_coef=0.01"], tmp_path / "batch3")
+    (old / "team_s0" / "config.yaml").write_text("")  # an empty config is refused, not read as a match
+    with pytest.raises(script.AblationError, match="no readable config.yaml"):
+        script.plan_jobs([0], [], tmp_path / "batch4")
     monkeypatch.setenv("ROLE_ABLATION_TEAM_RUNS", str(tmp_path / "nowhere"))
     with pytest.raises(script.AblationError, match="not a finished team run"):
         script.plan_jobs([0], [], tmp_path / "batch2")
