@@ -128,11 +128,36 @@ def test_the_evaluation_curve_changes_nothing_in_training(tmp_path) -> None:  # 
     assert with_eval["eval"]["return/mean"] == pytest.approx(without["eval"]["return/mean"])
 
 
+def test_a_sampled_evaluation_curve_is_seeded_and_kept_on_resume(tmp_path) -> None:  # noqa: ANN001
+    """``eval_sampled``: the curve's evaluations sample the policy's actions (seeded: a rerun logs the same
+    curve), training is the same as without it, the final policy is evaluated both ways (its last point is
+    the sampled evaluation), and a resumed run keeps sampling."""
+    sampled = _train(tmp_path / "s", 800, eval_every=400, eval_episodes=8, eval_sampled=True)
+    _train(tmp_path / "a", 800, eval_every=400, eval_episodes=8, eval_sampled=True)
+    plain = _train(tmp_path / "p", 800, eval_every=400, eval_episodes=8)
+    curve = [r["eval/return/mean"] for r in _rows(tmp_path / "s") if "eval/return/mean" in r]
+    assert curve == [r["eval/return/mean"] for r in _rows(tmp_path / "a") if "eval/return/mean" in r]
+    assert curve != [r["eval/return/mean"] for r in _rows(tmp_path / "p") if "eval/return/mean" in r]
+    assert sampled["eval"]["return/mean"] == pytest.approx(plain["eval"]["return/mean"])  # same training
+    assert sampled["eval"]["policy"] == "deterministic" and "eval_sampled" not in plain
+    assert sampled["eval_sampled"]["policy"] == "sampled"
+    assert curve[-1] == pytest.approx(sampled["eval_sampled"]["return/mean"])
+    assert json.loads((tmp_path / "s" / "eval_sampled.json").read_text())["policy"] == "sampled"
+    assert yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())["eval_sampled"] is True
+    resumed = resume_run(tmp_path / "s", {"total_env_steps": 1200}, episodes=8, show_progress=False)
+    assert resumed["eval_sampled"]["policy"] == "sampled"
+    assert len([r for r in _rows(tmp_path / "s") if "eval/return/mean" in r]) == 3
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
         (["--resume", "R", "--algo", "ippo"], "--resume continues a run with its own config: drop --algo"),
         (["--algo", "ippo"], "needs --env (or --resume RUN_DIR)"),
+        (
+            ["--resume", "R", "--eval-sampled"],
+            "--resume continues a run with its own config: drop --eval-sampled",
+        ),
         (["--resume", "QMIX"], "--resume is not supported for qmix yet (it is for ippo, maddpg, mappo)"),
     ],
 )

@@ -191,10 +191,14 @@ EVAL_EPISODES = 32  # episodes of each evaluation during training (the final one
 
 
 def periodic_evaluator(
-    module: ModuleType, env: str, env_kwargs: dict[str, Any], episodes: int
+    module: ModuleType, env: str, env_kwargs: dict[str, Any], episodes: int, sampled: bool = False
 ) -> Callable[[dict[str, Any]], dict[str, float]]:
     """checkpoint -> the deterministic policy's return on the same ``episodes`` episodes every time (the
-    env reset with :data:`EVAL_SEED`, built on first use and kept)."""
+    env reset with :data:`EVAL_SEED`, built on first use and kept). ``sampled``: the policy's actions
+    sampled instead, from torch's generator seeded with :data:`EVAL_SEED` each time (the caller keeps its own
+    generator: :meth:`RunContext.evaluate` forks it), as ``teamrl marl eval --sampled`` does."""
+    import torch
+
     from teamrl.marl.evaluate import evaluate
 
     made: list[Any] = []
@@ -202,7 +206,10 @@ def periodic_evaluator(
     def run(checkpoint: dict[str, Any]) -> dict[str, float]:
         if not made:
             made.append(make_env_factory(env, env_kwargs)(min(episodes, 256), EVAL_SEED))
-        return evaluate(module.make_actor(checkpoint, deterministic=True), made[0], episodes, seed=EVAL_SEED)
+        actor = module.make_actor(checkpoint, deterministic=not sampled)
+        if sampled:
+            torch.manual_seed(EVAL_SEED)
+        return evaluate(actor, made[0], episodes, seed=EVAL_SEED)
 
     return run
 
@@ -217,10 +224,13 @@ def train(
     print_table: bool = False,
     eval_every: int | None = None,
     eval_episodes: int = EVAL_EPISODES,
+    eval_sampled: bool = False,
 ) -> dict[str, Any]:
     """Train ``algo`` on ``env``, write the run directory, evaluate the final policy; returns a summary.
     ``eval_every``: env steps between evaluations during training (None: :data:`EVAL_POINTS` over the
-    run; 0: none), each on ``eval_episodes`` fixed episodes."""
+    run; 0: none), each on ``eval_episodes`` fixed episodes. ``eval_sampled``: those evaluations sample
+    the policy's actions (seeded), and the final policy is evaluated both ways (``eval_sampled.json``
+    beside ``eval.json``): for tasks where the most likely actions deadlock (Level-Based Foraging)."""
     from teamrl.marl.envs.user import label, normalize
 
     env = normalize(env)
@@ -243,6 +253,7 @@ def train(
         "config": cfg.model_dump(mode="json"),
         "eval_every": eval_every,
         "eval_episodes": eval_episodes,
+        "eval_sampled": eval_sampled,
     }
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
     return _run(module, cfg, resolved, run_dir, episodes, show_progress, print_table, resume=None)
@@ -269,7 +280,10 @@ def _run(
     eval_every = int(resolved.get("eval_every", 0))
     torch.set_num_threads(getattr(cfg, "threads", 1))
     make_env = make_env_factory(env, env_kwargs)
-    evaluator = periodic_evaluator(module, env, env_kwargs, int(resolved.get("eval_episodes", EVAL_EPISODES)))
+    sampled = bool(resolved.get("eval_sampled", False))
+    evaluator = periodic_evaluator(
+        module, env, env_kwargs, int(resolved.get("eval_episodes", EVAL_EPISODES)), sampled
+    )
     run = RunContext(
         run_dir,
         make_env,
@@ -288,6 +302,10 @@ def _run(
     train_stats = {k: v for k, v in result.items() if isinstance(v, int | float)}
     summary = {"run_dir": str(run_dir), "algorithm": resolved["algorithm"], "env": env, "train": train_stats}
     summary["eval"] = evaluate_run(run_dir, episodes, train_stats=train_stats, print_table=print_table)
+    if sampled:
+        summary["eval_sampled"] = evaluate_run(
+            run_dir, episodes, train_stats=train_stats, print_table=print_table, sampled=True
+        )
     return summary
 
 
@@ -447,7 +465,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = parse_sets(args.set)
     if args.resume is not None:
-        given = [flag for flag, v in (("--algo", args.algo), ("--env", args.env), ("--name", args.name)) if v]
+        flags = (("--algo", args.algo), ("--env", args.env), ("--name", args.name))
+        given = [flag for flag, v in (*flags, ("--eval-sampled", args.eval_sampled)) if v]
         if given:
             raise ConfigError(f"--resume continues a run with its own config: drop {', '.join(given)}")
         run_dir = Path(args.resume)
@@ -473,6 +492,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 print_table=True,
                 eval_every=args.eval_every,
                 eval_episodes=args.eval_episodes,
+                eval_sampled=args.eval_sampled,
             )
     except KeyboardInterrupt:
         print(
@@ -541,6 +561,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=EVAL_EPISODES,
         help=f"fixed episodes of each evaluation during training (default {EVAL_EPISODES})",
+    )
+    p.add_argument(
+        "--eval-sampled",
+        action="store_true",
+        help="the evaluations during training sample the policy's actions (seeded; EPyMARL's protocol for "
+        "actor-critic methods), and the final policy is evaluated both ways (eval_sampled.json beside "
+        "eval.json)",
     )
     p.add_argument(
         "--resume",

@@ -1,0 +1,271 @@
+"""teamrl side by side with EPyMARL on Level-Based Foraging (issue 23): the return at equal environment steps,
+each library evaluated by its own test protocol with the same settings (100 episodes every 50,000 steps;
+actor-critic methods sample their actions, value methods act greedily), and the training throughput per
+CPU-second, measured in one run.
+
+EPyMARL is not a pip package: give its checkout (``--epymarl-dir``, github.com/uoe-agents/epymarl) and a
+python with its requirements (``--epymarl-python``: sacred, pyyaml, gymnasium, lbforaging and a torch; this
+repository's torch 2.13.0 does). EPyMARL trains with its own configs (``src/config/algs/<algo>.yaml``,
+``src/config/envs/gymma.yaml``), teamrl with ``teamrl marl train``'s defaults (QMIX with rewards standardised,
+as EPyMARL's ``qmix.yaml``); the same task, the same 50-step episodes, the same number of environment steps
+(EPyMARL's ``t_max`` is that plus one test interval, as its own 20.05M is, so that its last test falls at the
+budget). The return is the episode's reward summed over the agents (EPyMARL's common reward, ``sum``).
+EPyMARL imports SMAClite at start-up; where its python has none, an empty stand-in is put on its path
+(SMAClite is not used here)::
+
+    .venv/bin/python benchmarks/marl_epymarl.py --epymarl-dir /path/to/epymarl \\
+        --epymarl-python /path/to/epymarl-venv/bin/python --algos mappo --seeds 0 1 2 --jobs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+TASK = "Foraging-8x8-2p-3f-v3"  # lbforaging's id: 8x8 grid, 2 agents, 3 food
+TIME_LIMIT = 50  # steps per episode on both sides (lbforaging's default; EPyMARL's env_args.time_limit)
+TEST_INTERVAL = 50_000  # EPyMARL's test_interval for gymma; teamrl's --eval-every
+TEST_EPISODES = 100  # EPyMARL's test_nepisode for gymma; teamrl's --eval-episodes
+ALGOS = {  # teamrl's algorithm -> (EPyMARL's config, teamrl's overrides, teamrl samples its evaluations)
+    "mappo": ("mappo", {}, True),
+    "qmix": ("qmix", {"standardise_rewards": True}, False),
+}
+STUB = '"""An empty stand-in: EPyMARL imports smaclite at start-up; SMAClite is not used here."""\n'
+
+
+def epymarl_command(python: str, algo: str, seed: int, env_steps: int) -> list[str]:
+    """EPyMARL's command line for one training (run in its checkout)."""
+    return [
+        python,
+        "src/main.py",
+        f"--config={ALGOS[algo][0]}",
+        "--env-config=gymma",
+        "with",
+        f"env_args.key=lbforaging:{TASK}",
+        f"env_args.time_limit={TIME_LIMIT}",
+        f"t_max={env_steps + TEST_INTERVAL}",
+        f"test_interval={TEST_INTERVAL}",
+        f"test_nepisode={TEST_EPISODES}",
+        f"seed={seed}",
+        "save_model=False",
+        "use_tensorboard=False",
+    ]
+
+
+def teamrl_command(algo: str, seed: int, env_steps: int, run_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--algo",
+        algo,
+        "--seed",
+        str(seed),
+        "--env-steps",
+        str(env_steps),
+        "--run-dir",
+        str(run_dir),
+    ]
+
+
+def timed(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``cmd``; its output, exit status, wall time and CPU time (user + system, of the process and of
+    every process it waited for: EPyMARL's environment workers included)."""
+    with tempfile.TemporaryFile("w+") as out:
+        wall0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - wall0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    return {"rc": proc.returncode, "out": text, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def sacred_value(v: Any) -> float:
+    """A number from sacred's info.json (numpy scalars are stored as ``{"py/object": ..., "value": x}``)."""
+    return float(v["value"] if isinstance(v, dict) else v)
+
+
+def run_epymarl(epymarl_dir: Path, python: str, algo: str, seed: int, env_steps: int) -> dict[str, Any]:
+    env = dict(os.environ)
+    has_smaclite = subprocess.run([python, "-c", "import smaclite"], capture_output=True, check=False)
+    with tempfile.TemporaryDirectory() as stub:
+        if has_smaclite.returncode != 0:
+            (Path(stub) / "smaclite.py").write_text(STUB)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (stub, env.get("PYTHONPATH")) if p)
+        res = timed(epymarl_command(python, algo, seed, env_steps), cwd=epymarl_dir, env=env)
+    found = re.findall(r'Started run with ID "(\d+)"', res["out"])
+    if res["rc"] != 0 or not found:
+        raise RuntimeError(f"EPyMARL {algo} seed {seed} failed (exit {res['rc']}):\n{res['out'][-3000:]}")
+    run_dir = epymarl_dir / "results" / "sacred" / ALGOS[algo][0] / f"lbforaging:{TASK}" / found[-1]
+    info = json.loads((run_dir / "info.json").read_text())
+    curve = [
+        [int(t), sacred_value(v)]
+        for t, v in zip(info["test_return_mean_T"], info["test_return_mean"], strict=True)
+    ]
+    return {
+        "env_steps": env_steps + TEST_INTERVAL,
+        "curve": curve,
+        "sacred_run": str(run_dir),
+        **{k: res[k] for k in ("wall_s", "cpu_s")},
+    }
+
+
+def worker(algo: str, seed: int, env_steps: int, run_dir: Path) -> None:
+    """One teamrl training in this process (``teamrl marl train``'s code path); prints its row."""
+    from teamrl.marl.train import train
+
+    overrides, sampled = {"total_env_steps": env_steps, "seed": seed, **ALGOS[algo][1]}, ALGOS[algo][2]
+    summary = train(
+        algo,
+        f"lbf:{TASK}",
+        overrides,
+        run_dir,
+        episodes=TEST_EPISODES,
+        show_progress=False,
+        eval_every=TEST_INTERVAL,
+        eval_episodes=TEST_EPISODES,
+        eval_sampled=sampled,
+    )
+    final = summary["eval_sampled" if sampled else "eval"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = [[r["step"], r["eval/return/mean"]] for r in rows if "eval/return/mean" in r]
+    print(json.dumps({"env_steps": final["env_steps"], "curve": curve, "returns": final["returns"]}))
+
+
+def run_teamrl(algo: str, seed: int, env_steps: int, work: Path) -> dict[str, Any]:
+    run_dir = work / f"teamrl_{algo}_s{seed}"
+    res = timed(teamrl_command(algo, seed, env_steps, run_dir))
+    if res["rc"] != 0:
+        raise RuntimeError(f"teamrl {algo} seed {seed} failed (exit {res['rc']}):\n{res['out'][-3000:]}")
+    row = json.loads(res["out"].strip().splitlines()[-1])
+    return {**row, "run_dir": str(run_dir), **{k: res[k] for k in ("wall_s", "cpu_s")}}
+
+
+def at_budget(curve: list[list[float]], env_steps: int) -> tuple[int, float]:
+    """The curve's point nearest the budget: (its step, its return)."""
+    step, value = min(curve, key=lambda p: abs(p[0] - env_steps))
+    return int(step), float(value)
+
+
+def steps_to(curve: list[list[float]], level: float) -> int | None:
+    """The first step at which the curve reaches ``level`` (None: never)."""
+    return next((int(t) for t, v in curve if v >= level), None)
+
+
+def summarize_rows(rows: list[dict[str, Any]], env_steps: int) -> dict[str, dict[str, Any]]:
+    """Per algorithm and library (``"<algo>/<library>"``): each seed's return at the budget (the test
+    nearest it) with its mean and std over seeds, the steps each seed's curve took to reach 0.8 (of 1: all
+    food collected), the mean over each seed's tests at or past half the budget, and the throughput."""
+    import statistics
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(f"{row['algo']}/{row['library']}", []).append(row)
+    out = {}
+    for key, runs in groups.items():
+        finals = [at_budget(r["curve"], env_steps) for r in runs]
+        late = [statistics.fmean(v for t, v in r["curve"] if t >= env_steps // 2) for r in runs]
+        out[key] = {
+            "seeds": [r["seed"] for r in runs],
+            "return_at_budget": [v for _, v in finals],
+            "at_step": [t for t, _ in finals],
+            "mean": statistics.fmean(v for _, v in finals),
+            "std_over_runs": statistics.pstdev(v for _, v in finals),
+            "second_half_mean": statistics.fmean(late),
+            "steps_to_0.8": [steps_to(r["curve"], 0.8) for r in runs],
+            "env_steps_per_cpu_s": sum(r["env_steps"] for r in runs) / sum(r["cpu_s"] for r in runs),
+            "env_steps_per_s": sum(r["env_steps"] for r in runs) / sum(r["wall_s"] for r in runs),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epymarl-dir", type=Path, help="a checkout of EPyMARL")
+    parser.add_argument("--epymarl-python", help="the python of a virtual environment with EPyMARL's needs")
+    parser.add_argument("--algos", nargs="+", default=["mappo"], choices=list(ALGOS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--env-steps", type=int, default=2_000_000)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="trainings at once (EPyMARL's first, then teamrl's)"
+    )
+    parser.add_argument(
+        "--libraries", nargs="+", default=["epymarl", "teamrl"], choices=["epymarl", "teamrl"]
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, help="where teamrl's run directories go (default: a temp dir)"
+    )
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "marl_epymarl.json"))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--algo", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.algo, args.seed, args.env_steps, args.run_dir)
+        return
+    if "epymarl" in args.libraries:
+        if not args.epymarl_dir or not args.epymarl_python:
+            parser.error("--epymarl-dir and --epymarl-python are required (EPyMARL is not a pip package)")
+        if not (args.epymarl_dir / "src" / "main.py").is_file():
+            parser.error(f"{args.epymarl_dir} is not a checkout of EPyMARL (no src/main.py)")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="marl_epymarl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = [(lib, algo, seed) for lib in args.libraries for algo in args.algos for seed in args.seeds]
+
+    def one(job: tuple[str, str, int]) -> dict[str, Any]:
+        lib, algo, seed = job
+        if lib == "epymarl":
+            row = run_epymarl(args.epymarl_dir, args.epymarl_python, algo, seed, args.env_steps)
+        else:
+            row = run_teamrl(algo, seed, args.env_steps, work)
+        row = {"library": lib, "algo": algo, "seed": seed, **row}
+        t, v = at_budget(row["curve"], args.env_steps)
+        print(
+            f"{algo:6} seed {seed} {lib:8} {row['env_steps']:>10,} steps  {row['cpu_s'] / 60:6.1f} CPU-min  "
+            f"{row['wall_s'] / 60:6.1f} min  return {v:.3f} at {t:,}",
+            flush=True,
+        )
+        return row
+
+    try:
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            rows = list(pool.map(one, jobs))
+    except RuntimeError as exc:
+        sys.exit(str(exc))
+    summary = summarize_rows(rows, args.env_steps)
+    for key, s in summary.items():
+        print(
+            f"{key:16} return at {args.env_steps:,} steps {s['mean']:.3f} +- {s['std_over_runs']:.3f} over "
+            f"seeds, second half {s['second_half_mean']:.3f}, steps to 0.8 {s['steps_to_0.8']}, "
+            f"{s['env_steps_per_cpu_s']:,.0f} steps per CPU-s",
+            flush=True,
+        )
+    record = {
+        "task": TASK,
+        "time_limit": TIME_LIMIT,
+        "env_steps": args.env_steps,
+        "test_interval": TEST_INTERVAL,
+        "test_episodes": TEST_EPISODES,
+        "jobs": args.jobs,
+        "summary": summary,
+        "rows": rows,
+    }
+    from teamrl.atomic import atomic_write_text
+
+    atomic_write_text(Path(args.out), json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""benchmarks/marl_epymarl.py: EPyMARL's side run against a stand-in checkout (its command line, the SMAClite
+stand-in, its sacred record read, its CPU time with its workers'), teamrl's side trained for one update, the
+summary and the driver's refusals. EPyMARL itself is not a pip package and is not installed here."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from bench_scripts import load_script
+
+bench = load_script("marl_epymarl")
+
+# A stand-in for EPyMARL's src/main.py: imports smaclite as EPyMARL does, burns CPU in a worker process it
+# waits for (as EPyMARL's environment workers), writes sacred's record of a test curve, says its run id.
+FAKE_MAIN = textwrap.dedent(
+    """
+    import json, multiprocessing, os, sys
+    import smaclite  # noqa: F401  (EPyMARL imports it at start-up)
+
+    def burn():
+        x = 0
+        for i in range(10_000_000):
+            x += i * i
+
+    if __name__ == "__main__":
+        args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("--"))
+        if os.environ.get("FAKE_FAIL"):
+            print("Traceback: something broke in EPyMARL")
+            sys.exit(1)
+        p = multiprocessing.Process(target=burn)
+        p.start()
+        p.join()
+        t_max, seed = int(args["t_max"]), int(args["seed"])
+        steps = list(range(500, t_max + 1, int(args["test_interval"])))
+        info = {
+            "test_return_mean_T": steps,
+            "test_return_mean": [
+                {"py/object": "numpy.float64", "dtype": "float64", "value": min(1.0, t / t_max + seed / 10)}
+                for t in steps
+            ],
+        }
+        run = os.path.join("results", "sacred", "mappo", args["env_args.key"], "7")
+        os.makedirs(run, exist_ok=True)
+        json.dump(info, open(os.path.join(run, "info.json"), "w"))
+        json.dump(args, open(os.path.join(run, "config.json"), "w"))
+        print('INFO - pymarl - Started run with ID "7"')
+    """
+)
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text(FAKE_MAIN)
+    return tmp_path
+
+
+def test_epymarl_side_reads_its_sacred_curve_and_counts_its_workers_cpu(checkout: Path) -> None:
+    row = bench.run_epymarl(checkout, sys.executable, "mappo", 1, 200_000)
+    # its t_max is the budget plus one test interval, so that its last test falls at the budget
+    config = json.loads((Path(row["sacred_run"]) / "config.json").read_text())
+    assert config["t_max"] == str(200_000 + bench.TEST_INTERVAL) and config["seed"] == "1"
+    assert config["env_args.key"] == f"lbforaging:{bench.TASK}"
+    assert config["env_args.time_limit"] == str(bench.TIME_LIMIT)
+    assert config["test_nepisode"] == str(bench.TEST_EPISODES)
+    assert row["env_steps"] == 250_000
+    assert [t for t, _ in row["curve"]] == [500, 50_500, 100_500, 150_500, 200_500]
+    assert row["curve"][-1][1] == pytest.approx(200_500 / 250_000 + 0.1)
+    assert bench.at_budget(row["curve"], 200_000) == (200_500, pytest.approx(200_500 / 250_000 + 0.1))
+    # the worker process's CPU time is counted (it burns far more than the interpreter's start-up)
+    assert row["cpu_s"] > 0.4 and row["wall_s"] > 0
+
+
+def test_a_failing_epymarl_run_is_reported_with_its_output(checkout: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    with pytest.raises(
+        RuntimeError, match="EPyMARL mappo seed 0 failed .exit 1.:\nTraceback: something broke"
+    ):
+        bench.run_epymarl(checkout, sys.executable, "mappo", 0, 100_000)
+
+
+def test_teamrl_side_trains_evaluates_by_sampling_and_records_its_curve(tmp_path: Path) -> None:
+    pytest.importorskip("lbforaging")
+    row = bench.run_teamrl("mappo", 0, 3200, tmp_path)  # one update of 128 copies x 25 steps
+    assert row["env_steps"] == 3200 and row["cpu_s"] > 0
+    assert len(row["returns"]) == bench.TEST_EPISODES
+    assert [t for t, _ in row["curve"]] == [3200]  # the curve's last point is the final policy's, sampled
+    assert row["curve"][-1][1] == pytest.approx(sum(row["returns"]) / len(row["returns"]))
+    run = Path(row["run_dir"])
+    assert json.loads((run / "eval_sampled.json").read_text())["policy"] == "sampled"
+
+
+def test_summary_compares_at_the_budget() -> None:
+    def row(lib: str, seed: int, curve: list[list[float]]) -> dict:
+        return {
+            "library": lib,
+            "algo": "mappo",
+            "seed": seed,
+            "curve": curve,
+            "env_steps": 1000,
+            "cpu_s": 10.0,
+            "wall_s": 20.0,
+        }
+
+    rows = [
+        row("epymarl", 0, [[0, 0.1], [500, 0.5], [1000, 0.7]]),
+        row("epymarl", 1, [[0, 0.1], [500, 0.8], [1000, 0.9]]),
+        row("teamrl", 0, [[480, 0.9], [960, 1.0]]),
+    ]
+    s = bench.summarize_rows(rows, 1000)
+    assert s["mappo/epymarl"]["return_at_budget"] == [0.7, 0.9] and s["mappo/epymarl"]["at_step"] == [
+        1000,
+        1000,
+    ]
+    assert s["mappo/epymarl"]["mean"] == pytest.approx(0.8)
+    assert s["mappo/epymarl"]["std_over_runs"] == pytest.approx(0.1)
+    assert s["mappo/epymarl"]["steps_to_0.8"] == [None, 500]
+    assert s["mappo/epymarl"]["second_half_mean"] == pytest.approx((0.6 + 0.85) / 2)
+    assert s["mappo/teamrl"]["return_at_budget"] == [1.0] and s["mappo/teamrl"]["steps_to_0.8"] == [480]
+    assert s["mappo/epymarl"]["env_steps_per_cpu_s"] == pytest.approx(100.0)
+    assert s["mappo/teamrl"]["env_steps_per_s"] == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "--epymarl-dir and --epymarl-python are required"),
+        (["--epymarl-dir", "NOWHERE", "--epymarl-python", "python"], "is not a checkout of EPyMARL"),
+    ],
+)
+def test_the_driver_needs_an_epymarl_checkout(argv, expected, tmp_path, capsys) -> None:  # noqa: ANN001
+    argv = [str(tmp_path / "nowhere") if a == "NOWHERE" else a for a in argv]
+    old, sys.argv = sys.argv, ["marl_epymarl.py", *argv]
+    try:
+        with pytest.raises(SystemExit):
+            bench.main()
+    finally:
+        sys.argv = old
+    assert expected in capsys.readouterr().err
