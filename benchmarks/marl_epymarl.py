@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -224,26 +225,43 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     jobs = [(lib, algo, seed) for lib in args.libraries for algo in args.algos for seed in args.seeds]
 
+    # each finished training is kept in the work directory at once: a run stopped half way (or one training
+    # failing) loses nothing, and the same command with the same --work-dir trains only what is missing
+    done_file = work / "rows.jsonl"
+    done = [json.loads(line) for line in done_file.read_text().splitlines()] if done_file.is_file() else []
+    done = [r for r in done if r.get("env_steps_asked") == args.env_steps]
+    have = {(r["library"], r["algo"], r["seed"]) for r in done}
+    lock = threading.Lock()
+
     def one(job: tuple[str, str, int]) -> dict[str, Any]:
         lib, algo, seed = job
-        if lib == "epymarl":
-            row = run_epymarl(args.epymarl_dir, args.epymarl_python, algo, seed, args.env_steps)
-        else:
-            row = run_teamrl(algo, seed, args.env_steps, work)
-        row = {"library": lib, "algo": algo, "seed": seed, **row}
+        try:
+            if lib == "epymarl":
+                row = run_epymarl(args.epymarl_dir, args.epymarl_python, algo, seed, args.env_steps)
+            else:
+                row = run_teamrl(algo, seed, args.env_steps, work)
+        except RuntimeError as exc:
+            print(exc, file=sys.stderr, flush=True)
+            return {"library": lib, "algo": algo, "seed": seed, "error": str(exc)[-3000:]}
+        row = {"library": lib, "algo": algo, "seed": seed, "env_steps_asked": args.env_steps, **row}
         t, v = at_budget(row["curve"], args.env_steps)
         print(
             f"{algo:6} seed {seed} {lib:8} {row['env_steps']:>10,} steps  {row['cpu_s'] / 60:6.1f} CPU-min  "
             f"{row['wall_s'] / 60:6.1f} min  return {v:.3f} at {t:,}",
             flush=True,
         )
+        with lock, done_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
         return row
 
-    try:
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            rows = list(pool.map(one, jobs))
-    except RuntimeError as exc:
-        sys.exit(str(exc))
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        new = list(pool.map(one, [job for job in jobs if job not in have]))
+    failed = [r for r in new if "error" in r]
+    rows = [r for r in done if (r["library"], r["algo"], r["seed"]) in set(jobs)] + [
+        r for r in new if "error" not in r
+    ]
+    if not rows:
+        sys.exit(f"every training failed; the first: {failed[0]['error']}")
     summary = summarize_rows(rows, args.env_steps)
     for key, s in summary.items():
         print(
@@ -261,10 +279,14 @@ def main() -> None:
         "jobs": args.jobs,
         "summary": summary,
         "rows": rows,
+        "failed": failed,
     }
     from teamrl.atomic import atomic_write_text
 
     atomic_write_text(Path(args.out), json.dumps(record, indent=1))
+    if failed:
+        names = ", ".join(f"{r['library']} {r['algo']} seed {r['seed']}" for r in failed)
+        sys.exit(f"{len(failed)} training(s) failed ({names}); the others are in {args.out}")
 
 
 if __name__ == "__main__":

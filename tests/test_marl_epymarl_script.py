@@ -28,7 +28,9 @@ FAKE_MAIN = textwrap.dedent(
 
     if __name__ == "__main__":
         args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("--"))
-        if os.environ.get("FAKE_FAIL"):
+        with open("calls.txt", "a") as f:
+            f.write(args["seed"] + " ")
+        if os.environ.get("FAKE_FAIL") in ("all", args["seed"]):
             print("Traceback: something broke in EPyMARL")
             sys.exit(1)
         p = multiprocessing.Process(target=burn)
@@ -76,7 +78,7 @@ def test_epymarl_side_reads_its_sacred_curve_and_counts_its_workers_cpu(checkout
 
 
 def test_a_failing_epymarl_run_is_reported_with_its_output(checkout: Path, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setenv("FAKE_FAIL", "1")
+    monkeypatch.setenv("FAKE_FAIL", "all")
     with pytest.raises(
         RuntimeError, match="EPyMARL mappo seed 0 failed .exit 1.:\nTraceback: something broke"
     ):
@@ -141,3 +143,30 @@ def test_the_driver_needs_an_epymarl_checkout(argv, expected, tmp_path, capsys) 
     finally:
         sys.argv = old
     assert expected in capsys.readouterr().err
+
+
+def test_a_failed_training_loses_none_of_the_others_and_a_rerun_trains_only_what_is_missing(
+    checkout: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:  # noqa: ANN001
+    work, out = tmp_path / "work", tmp_path / "record.json"
+    argv = ["marl_epymarl.py", "--epymarl-dir", str(checkout), "--epymarl-python", sys.executable]
+    argv += ["--libraries", "epymarl", "--seeds", "0", "1", "--env-steps", "100000", "--jobs", "2"]
+    argv += ["--work-dir", str(work), "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    with pytest.raises(SystemExit, match="1 training.s. failed .epymarl mappo seed 1.; the others are in"):
+        bench.main()
+    record = json.loads(out.read_text())
+    assert [r["seed"] for r in record["rows"]] == [0] and [r["seed"] for r in record["failed"]] == [1]
+    assert "something broke" in record["failed"][0]["error"]
+    assert [json.loads(line)["seed"] for line in (work / "rows.jsonl").read_text().splitlines()] == [0]
+    monkeypatch.delenv("FAKE_FAIL")
+    bench.main()  # the same command again: only seed 1 is trained
+    assert sorted((checkout / "calls.txt").read_text().split()) == ["0", "1", "1"]
+    record = json.loads(out.read_text())
+    assert sorted(r["seed"] for r in record["rows"]) == [0, 1] and record["failed"] == []
+    assert record["summary"]["mappo/epymarl"]["seeds"] == [0, 1]
+    # a different budget is another measurement: nothing of the first is reused
+    monkeypatch.setattr(sys, "argv", [*argv[:-6], "--env-steps", "150000", *argv[-4:]])
+    bench.main()
+    assert len((checkout / "calls.txt").read_text().split()) == 5
