@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,8 @@ def worker(algo: str, seed: int, env_steps: int, run_dir: Path) -> None:
 
 def run_teamrl(algo: str, seed: int, env_steps: int, work: Path) -> dict[str, Any]:
     run_dir = work / f"teamrl_{algo}_s{seed}"
+    if run_dir.exists():  # an attempt that did not finish (a finished one is in rows.jsonl and not rerun)
+        shutil.rmtree(run_dir)
     res = timed(teamrl_command(algo, seed, env_steps, run_dir))
     if res["rc"] != 0:
         raise RuntimeError(f"teamrl {algo} seed {seed} failed (exit {res['rc']}):\n{res['out'][-3000:]}")

@@ -87,6 +87,8 @@ def test_a_failing_epymarl_run_is_reported_with_its_output(checkout: Path, monke
 
 def test_teamrl_side_trains_evaluates_by_sampling_and_records_its_curve(tmp_path: Path) -> None:
     pytest.importorskip("lbforaging")
+    (tmp_path / "teamrl_mappo_s0").mkdir()  # an attempt that did not finish
+    (tmp_path / "teamrl_mappo_s0" / "metrics.jsonl").write_text("{}\n")
     row = bench.run_teamrl("mappo", 0, 3200, tmp_path)  # one update of 128 copies x 25 steps
     assert row["env_steps"] == 3200 and row["cpu_s"] > 0
     assert len(row["returns"]) == bench.TEST_EPISODES
