@@ -20,6 +20,7 @@ EPyMARL imports SMAClite at start-up; where its python has none, an empty stand-
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -63,7 +64,9 @@ def epymarl_command(python: str, algo: str, seed: int, env_steps: int) -> list[s
     ]
 
 
-def teamrl_command(algo: str, seed: int, env_steps: int, run_dir: Path) -> list[str]:
+def teamrl_command(
+    algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] | None = None
+) -> list[str]:
     return [
         sys.executable,
         __file__,
@@ -76,6 +79,7 @@ def teamrl_command(algo: str, seed: int, env_steps: int, run_dir: Path) -> list[
         str(env_steps),
         "--run-dir",
         str(run_dir),
+        *(a for item in sets or [] for a in ("--teamrl-set", item)),
     ]
 
 
@@ -123,11 +127,13 @@ def run_epymarl(epymarl_dir: Path, python: str, algo: str, seed: int, env_steps:
     }
 
 
-def worker(algo: str, seed: int, env_steps: int, run_dir: Path) -> None:
-    """One teamrl training in this process (``teamrl marl train``'s code path); prints its row."""
-    from teamrl.marl.train import train
+def worker(algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] | None = None) -> None:
+    """One teamrl training in this process (``teamrl marl train``'s code path, ``sets`` as its ``--set``);
+    prints its row."""
+    from teamrl.marl.train import parse_sets, train
 
-    overrides, sampled = {"total_env_steps": env_steps, "seed": seed, **ALGOS[algo][1]}, ALGOS[algo][2]
+    overrides = {"total_env_steps": env_steps, "seed": seed, **ALGOS[algo][1], **parse_sets(sets or [])}
+    sampled = ALGOS[algo][2]
     summary = train(
         algo,
         f"lbf:{TASK}",
@@ -145,15 +151,23 @@ def worker(algo: str, seed: int, env_steps: int, run_dir: Path) -> None:
     print(json.dumps({"env_steps": final["env_steps"], "curve": curve, "returns": final["returns"]}))
 
 
-def run_teamrl(algo: str, seed: int, env_steps: int, work: Path) -> dict[str, Any]:
-    run_dir = work / f"teamrl_{algo}_s{seed}"
+def run_teamrl(
+    algo: str, seed: int, env_steps: int, work: Path, sets: list[str] | None = None
+) -> dict[str, Any]:
+    tag = "_" + hashlib.sha1("\n".join(sets).encode()).hexdigest()[:8] if sets else ""
+    run_dir = work / f"teamrl_{algo}_s{seed}{tag}"  # runs with other settings keep their own directories
     if run_dir.exists():  # an attempt that did not finish (a finished one is in rows.jsonl and not rerun)
         shutil.rmtree(run_dir)
-    res = timed(teamrl_command(algo, seed, env_steps, run_dir))
+    res = timed(teamrl_command(algo, seed, env_steps, run_dir, sets))
     if res["rc"] != 0:
         raise RuntimeError(f"teamrl {algo} seed {seed} failed (exit {res['rc']}):\n{res['out'][-3000:]}")
     row = json.loads(res["out"].strip().splitlines()[-1])
-    return {**row, "run_dir": str(run_dir), **{k: res[k] for k in ("wall_s", "cpu_s")}}
+    return {
+        **row,
+        "run_dir": str(run_dir),
+        "teamrl_sets": list(sets or []),
+        **{k: res[k] for k in ("wall_s", "cpu_s")},
+    }
 
 
 def at_budget(curve: list[list[float]], env_steps: int) -> tuple[int, float]:
@@ -211,13 +225,20 @@ def main() -> None:
         "--work-dir", type=Path, help="where teamrl's run directories go (default: a temp dir)"
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "marl_epymarl.json"))
+    parser.add_argument(
+        "--teamrl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of teamrl's runs over its defaults, as `teamrl marl train --set` (recorded)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--algo", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.algo, args.seed, args.env_steps, args.run_dir)
+        worker(args.algo, args.seed, args.env_steps, args.run_dir, args.teamrl_set)
         return
     if "epymarl" in args.libraries:
         if not args.epymarl_dir or not args.epymarl_python:
@@ -232,7 +253,12 @@ def main() -> None:
     # failing) loses nothing, and the same command with the same --work-dir trains only what is missing
     done_file = work / "rows.jsonl"
     done = [json.loads(line) for line in done_file.read_text().splitlines()] if done_file.is_file() else []
-    done = [r for r in done if r.get("env_steps_asked") == args.env_steps]
+    done = [
+        r
+        for r in done
+        if r.get("env_steps_asked") == args.env_steps
+        and (r["library"] != "teamrl" or r.get("teamrl_sets", []) == args.teamrl_set)
+    ]
     have = {(r["library"], r["algo"], r["seed"]) for r in done}
     lock = threading.Lock()
 
@@ -242,7 +268,7 @@ def main() -> None:
             if lib == "epymarl":
                 row = run_epymarl(args.epymarl_dir, args.epymarl_python, algo, seed, args.env_steps)
             else:
-                row = run_teamrl(algo, seed, args.env_steps, work)
+                row = run_teamrl(algo, seed, args.env_steps, work, args.teamrl_set)
         except RuntimeError as exc:
             print(exc, file=sys.stderr, flush=True)
             return {"library": lib, "algo": algo, "seed": seed, "error": str(exc)[-3000:]}
@@ -280,6 +306,7 @@ def main() -> None:
         "test_interval": TEST_INTERVAL,
         "test_episodes": TEST_EPISODES,
         "jobs": args.jobs,
+        "teamrl_sets": args.teamrl_set,
         "summary": summary,
         "rows": rows,
         "failed": failed,

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from bench_scripts import load_script
 
 bench = load_script("marl_epymarl")
@@ -96,6 +97,12 @@ def test_teamrl_side_trains_evaluates_by_sampling_and_records_its_curve(tmp_path
     assert row["curve"][-1][1] == pytest.approx(sum(row["returns"]) / len(row["returns"]))
     run = Path(row["run_dir"])
     assert json.loads((run / "eval_sampled.json").read_text())["policy"] == "sampled"
+    # with settings of its own: given to the training, recorded, in a directory of its own
+    other = bench.run_teamrl("mappo", 0, 3200, tmp_path, ["num_envs=64"])
+    assert other["env_steps"] == 3200 and other["teamrl_sets"] == ["num_envs=64"]
+    assert other["run_dir"] != row["run_dir"] and run.is_dir()
+    config = yaml.safe_load((Path(other["run_dir"]) / "config.yaml").read_text())["config"]
+    assert config["num_envs"] == 64 and config["total_env_steps"] == 3200
 
 
 def test_summary_compares_at_the_budget() -> None:
