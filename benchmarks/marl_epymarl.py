@@ -42,6 +42,10 @@ ALGOS = {  # teamrl's algorithm -> (EPyMARL's config, teamrl's overrides, teamrl
     "mappo": ("mappo", {}, True),
     "qmix": ("qmix", {"standardise_rewards": True}, False),
 }
+PLOT_TITLE = (
+    f"Level-Based Foraging {TASK}, {TIME_LIMIT}-step episodes: each library's test return ({TEST_EPISODES} "
+    "episodes)"
+)
 STUB = '"""An empty stand-in: EPyMARL imports smaclite at start-up; SMAClite is not used here."""\n'
 
 
@@ -208,6 +212,43 @@ def summarize_rows(rows: list[dict[str, Any]], env_steps: int) -> dict[str, dict
     return out
 
 
+def label(row: dict[str, Any]) -> str:
+    name = {"epymarl": "EPyMARL", "teamrl": "teamrl"}[row["library"]]
+    sets = row.get("teamrl_sets") or []
+    return f"{name} {row['algo'].upper()}" + (f" ({', '.join(sets)})" if sets else "")
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Each run's evaluation curve against environment steps and against the CPU time it took to get there
+    (the run's CPU time spread evenly over its steps), one colour per library and setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    colours: dict[str, str] = {}
+    for row in rows:
+        name = label(row)
+        colour = colours.setdefault(name, f"C{len(colours)}")
+        steps = [t for t, _ in row["curve"]]
+        values = [v for _, v in row["curve"]]
+        cpu_min_per_step = row["cpu_s"] / 60 / row["env_steps"]
+        first = sum(1 for r in rows[: rows.index(row)] if label(r) == name) == 0
+        axes[0].plot([t / 1e6 for t in steps], values, color=colour, lw=1, label=name if first else None)
+        axes[1].plot([t * cpu_min_per_step for t in steps], values, color=colour, lw=1)
+    axes[0].set_xlabel("environment steps (millions)")
+    axes[1].set_xlabel("CPU-minutes of training (the run's, spread evenly over its steps)")
+    axes[0].set_ylabel("test return (1: all food collected)")
+    axes[0].legend(fontsize=8, loc="lower right")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epymarl-dir", type=Path, help="a checkout of EPyMARL")
@@ -232,6 +273,13 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a setting of teamrl's runs over its defaults, as `teamrl marl train --set` (recorded)",
     )
+    parser.add_argument(
+        "--plot-from",
+        nargs="+",
+        type=Path,
+        metavar="RECORD",
+        help="only draw the curves of these records (this script's --out files) in one figure: --out's .png",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--algo", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -239,6 +287,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         worker(args.algo, args.seed, args.env_steps, args.run_dir, args.teamrl_set)
+        return
+    if args.plot_from:
+        rows = [r for rec in args.plot_from for r in json.loads(rec.read_text())["rows"]]
+        plot(rows, Path(args.out).with_suffix(".png"), PLOT_TITLE)
         return
     if "epymarl" in args.libraries:
         if not args.epymarl_dir or not args.epymarl_python:
@@ -314,6 +366,7 @@ def main() -> None:
     from teamrl.atomic import atomic_write_text
 
     atomic_write_text(Path(args.out), json.dumps(record, indent=1))
+    plot(rows, Path(args.out).with_suffix(".png"), PLOT_TITLE)
     if failed:
         names = ", ".join(f"{r['library']} {r['algo']} seed {r['seed']}" for r in failed)
         sys.exit(f"{len(failed)} training(s) failed ({names}); the others are in {args.out}")

@@ -175,6 +175,14 @@ def test_a_failed_training_loses_none_of_the_others_and_a_rerun_trains_only_what
     record = json.loads(out.read_text())
     assert sorted(r["seed"] for r in record["rows"]) == [0, 1] and record["failed"] == []
     assert record["summary"]["mappo/epymarl"]["seeds"] == [0, 1]
+    assert out.with_suffix(".png").stat().st_size > 10_000  # the curves, drawn
+    # one figure from several records
+    monkeypatch.setattr(
+        sys, "argv", ["marl_epymarl.py", "--plot-from", str(out), str(out), "--out", str(work / "f.json")]
+    )
+    bench.main()
+    assert (work / "f.png").stat().st_size > 10_000 and not (work / "f.json").exists()
+    monkeypatch.setattr(sys, "argv", argv)
     # a different budget is another measurement: nothing of the first is reused
     monkeypatch.setattr(sys, "argv", [*argv[:-6], "--env-steps", "150000", *argv[-4:]])
     bench.main()
