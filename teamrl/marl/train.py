@@ -194,9 +194,8 @@ def periodic_evaluator(
     module: ModuleType, env: str, env_kwargs: dict[str, Any], episodes: int, sampled: bool = False
 ) -> Callable[[dict[str, Any]], dict[str, float]]:
     """checkpoint -> the deterministic policy's return on the same ``episodes`` episodes every time (the
-    env reset with :data:`EVAL_SEED`, built on first use and kept). ``sampled``: the policy's actions
-    sampled instead, from torch's generator seeded with :data:`EVAL_SEED` each time (the caller keeps its own
-    generator: :meth:`RunContext.evaluate` forks it), as ``teamrl marl eval --sampled`` does."""
+    env reset with :data:`EVAL_SEED`, built on first use and kept); ``sampled``: actions sampled, torch seeded
+    with :data:`EVAL_SEED` each time (:meth:`RunContext.evaluate` forks the caller's generator)."""
     import torch
 
     from teamrl.marl.evaluate import evaluate
@@ -228,9 +227,8 @@ def train(
 ) -> dict[str, Any]:
     """Train ``algo`` on ``env``, write the run directory, evaluate the final policy; returns a summary.
     ``eval_every``: env steps between evaluations during training (None: :data:`EVAL_POINTS` over the
-    run; 0: none), each on ``eval_episodes`` fixed episodes. ``eval_sampled``: those evaluations sample
-    the policy's actions (seeded), and the final policy is evaluated both ways (``eval_sampled.json``
-    beside ``eval.json``): for tasks where the most likely actions deadlock (Level-Based Foraging)."""
+    run; 0: none), each on ``eval_episodes`` fixed episodes; ``eval_sampled``: they sample actions (seeded)
+    and the final policy is evaluated both ways (``eval_sampled.json`` too; for Level-Based Foraging)."""
     from teamrl.marl.envs.user import label, normalize
 
     env = normalize(env)
