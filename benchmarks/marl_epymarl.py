@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -87,13 +88,25 @@ def teamrl_command(
     ]
 
 
+RUNNING: set[int] = set()  # process groups of the trainings under way (stopped with this script)
+RUNNING_LOCK = threading.Lock()
+
+
 def timed(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``cmd``; its output, exit status, wall time and CPU time (user + system, of the process and of
-    every process it waited for: EPyMARL's environment workers included)."""
+    """Run ``cmd`` in a process group of its own; its output, exit status, wall time and CPU time (user +
+    system, of the process and of every process it waited for: EPyMARL's environment workers included)."""
     with tempfile.TemporaryFile("w+") as out:
         wall0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        with RUNNING_LOCK:
+            RUNNING.add(proc.pid)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            with RUNNING_LOCK:
+                RUNNING.discard(proc.pid)
         wall = time.perf_counter() - wall0
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -249,6 +262,19 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def stop_trainings(signum: int, _frame: Any) -> None:
+    """SIGINT / SIGTERM: stop every training under way, its workers too (each runs in a process group of its
+    own, out of reach of the terminal's Ctrl-C), then exit; finished trainings are in rows.jsonl already."""
+    with RUNNING_LOCK:
+        groups = list(RUNNING)
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    sys.exit(128 + signum)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epymarl-dir", type=Path, help="a checkout of EPyMARL")
@@ -335,6 +361,8 @@ def main() -> None:
             f.write(json.dumps(row) + "\n")
         return row
 
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop_trainings)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         new = list(pool.map(one, [job for job in jobs if job not in have]))
     failed = [r for r in new if "error" in r]

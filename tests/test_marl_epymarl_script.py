@@ -19,7 +19,7 @@ bench = load_script("marl_epymarl")
 # waits for (as EPyMARL's environment workers), writes sacred's record of a test curve, says its run id.
 FAKE_MAIN = textwrap.dedent(
     """
-    import json, multiprocessing, os, sys
+    import json, multiprocessing, os, sys, time
     import smaclite  # noqa: F401  (EPyMARL imports it at start-up)
 
     def burn():
@@ -34,6 +34,12 @@ FAKE_MAIN = textwrap.dedent(
         if os.environ.get("FAKE_FAIL") in ("all", args["seed"]):
             print("Traceback: something broke in EPyMARL")
             sys.exit(1)
+        if os.environ.get("FAKE_HANG"):  # a worker that runs until it is stopped
+            hang = multiprocessing.Process(target=time.sleep, args=(600,))
+            hang.start()
+            with open("worker.pid", "w") as f:
+                f.write(str(hang.pid))
+            hang.join()
         p = multiprocessing.Process(target=burn)
         p.start()
         p.join()
@@ -187,3 +193,47 @@ def test_a_failed_training_loses_none_of_the_others_and_a_rerun_trains_only_what
     monkeypatch.setattr(sys, "argv", [*argv[:-6], "--env-steps", "150000", *argv[-4:]])
     bench.main()
     assert len((checkout / "calls.txt").read_text().split()) == 5
+
+
+def test_stopping_the_driver_stops_its_trainings_and_their_workers(checkout: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    cmd = [
+        sys.executable,
+        str(bench.__file__),
+        "--epymarl-dir",
+        str(checkout),
+        "--epymarl-python",
+        sys.executable,
+    ]
+    cmd += ["--libraries", "epymarl", "--seeds", "0", "--work-dir", str(tmp_path / "w")]
+    cmd += ["--out", str(tmp_path / "r.json")]
+    driver = subprocess.Popen(cmd, env={**os.environ, "FAKE_HANG": "1"}, stderr=subprocess.DEVNULL)
+    pid_file = checkout / "worker.pid"
+    for _ in range(300):
+        if pid_file.is_file() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+
+    def alive(pid: int) -> bool:  # a zombie left for an init that does not reap counts as gone
+        try:
+            return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            return False
+
+    try:
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=30) == 128 + signal.SIGTERM
+        for _ in range(100):  # the training's worker process is gone too
+            if not alive(worker):
+                break
+            time.sleep(0.1)
+        assert not alive(worker), "the training's worker outlived the driver"
+    finally:
+        if alive(worker):
+            os.kill(worker, signal.SIGKILL)
+    assert not (tmp_path / "r.json").exists()
