@@ -361,10 +361,13 @@ def main() -> None:
             f.write(json.dumps(row) + "\n")
         return row
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop_trainings)
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        new = list(pool.map(one, [job for job in jobs if job not in have]))
+    before = {signum: signal.signal(signum, stop_trainings) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            new = list(pool.map(one, [job for job in jobs if job not in have]))
+    finally:  # the caller's handlers back (main() may run inside another program: a test)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
     failed = [r for r in new if "error" in r]
     rows = [r for r in done if (r["library"], r["algo"], r["seed"]) in set(jobs)] + [
         r for r in new if "error" not in r

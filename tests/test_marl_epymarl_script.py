@@ -5,6 +5,7 @@ summary and the driver's refusals. EPyMARL itself is not a pip package and is no
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -181,6 +182,9 @@ def test_a_failed_training_loses_none_of_the_others_and_a_rerun_trains_only_what
     record = json.loads(out.read_text())
     assert sorted(r["seed"] for r in record["rows"]) == [0, 1] and record["failed"] == []
     assert record["summary"]["mappo/epymarl"]["seeds"] == [0, 1]
+    assert (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )  # the caller's handler left as it was
     assert out.with_suffix(".png").stat().st_size > 10_000  # the curves, drawn
     # one figure from several records
     monkeypatch.setattr(
