@@ -20,6 +20,7 @@ EPyMARL imports SMAClite at start-up; where its python has none, an empty stand-
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -119,11 +120,16 @@ def sacred_value(v: Any) -> float:
     return float(v["value"] if isinstance(v, dict) else v)
 
 
+@functools.cache
+def has_smaclite(python: str) -> bool:
+    """Whether EPyMARL's python imports smaclite (asked once per batch, not once per training)."""
+    return subprocess.run([python, "-c", "import smaclite"], capture_output=True, check=False).returncode == 0
+
+
 def run_epymarl(epymarl_dir: Path, python: str, algo: str, seed: int, env_steps: int) -> dict[str, Any]:
     env = dict(os.environ)
-    has_smaclite = subprocess.run([python, "-c", "import smaclite"], capture_output=True, check=False)
     with tempfile.TemporaryDirectory() as stub:
-        if has_smaclite.returncode != 0:
+        if not has_smaclite(python):
             (Path(stub) / "smaclite.py").write_text(STUB)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (stub, env.get("PYTHONPATH")) if p)
         res = timed(epymarl_command(python, algo, seed, env_steps), cwd=epymarl_dir, env=env)
@@ -243,11 +249,11 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     colours: dict[str, str] = {}
     for row in rows:
         name = label(row)
+        first = name not in colours  # the legend names each library and setting once
         colour = colours.setdefault(name, f"C{len(colours)}")
         steps = [t for t, _ in row["curve"]]
         values = [v for _, v in row["curve"]]
         cpu_min_per_step = row["cpu_s"] / 60 / row["env_steps"]
-        first = sum(1 for r in rows[: rows.index(row)] if label(r) == name) == 0
         axes[0].plot([t / 1e6 for t in steps], values, color=colour, lw=1, label=name if first else None)
         axes[1].plot([t * cpu_min_per_step for t in steps], values, color=colour, lw=1)
     axes[0].set_xlabel("environment steps (millions)")
@@ -289,7 +295,10 @@ def main() -> None:
         "--libraries", nargs="+", default=["epymarl", "teamrl"], choices=["epymarl", "teamrl"]
     )
     parser.add_argument(
-        "--work-dir", type=Path, help="where teamrl's run directories go (default: a temp dir)"
+        "--work-dir",
+        type=Path,
+        help="teamrl's run directories and every finished training's row (rows.jsonl): the same command with "
+        "the same --work-dir trains only what is missing (default: a new temporary directory)",
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "marl_epymarl.json"))
     parser.add_argument(
@@ -369,7 +378,8 @@ def main() -> None:
         for signum, handler in before.items():
             signal.signal(signum, handler)
     failed = [r for r in new if "error" in r]
-    rows = [r for r in done if (r["library"], r["algo"], r["seed"]) in set(jobs)] + [
+    wanted = set(jobs)
+    rows = [r for r in done if (r["library"], r["algo"], r["seed"]) in wanted] + [
         r for r in new if "error" not in r
     ]
     if not rows:
