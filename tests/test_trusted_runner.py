@@ -14,7 +14,9 @@ from teamrl.tasks.sandbox.calls import clear_cache, judge_sync, parse_asserts
 from teamrl.tasks.sandbox.trusted import TrustedRunner
 from teamrl.trainer.build import demonstrations
 
-LIMITS = SandboxLimits(timeout_s=1.5, cpu_s=1, memory_mb=256)
+# the wall-clock timeout well above the CPU limit, so the busy loop meets RLIMIT_CPU first even when the
+# machine is shared (1.5 s flaked with four busy processes on 2 cores: the loop had 1 CPU-second in 1.5 s)
+LIMITS = SandboxLimits(timeout_s=4, cpu_s=1, memory_mb=256)
 
 PROGRAMS = [
     ("import sys\nprint('read', sys.stdin.read()[:5])", "stdin-data"),
