@@ -7,7 +7,8 @@ EPyMARL is not a pip package: give its checkout (``--epymarl-dir``, github.com/u
 python with its requirements (``--epymarl-python``: sacred, pyyaml, gymnasium, lbforaging and a torch; this
 repository's torch 2.13.0 does). EPyMARL trains with its own configs (``src/config/algs/<algo>.yaml``,
 ``src/config/envs/gymma.yaml``), teamrl with ``teamrl marl train``'s defaults (QMIX with rewards standardised,
-as EPyMARL's ``qmix.yaml``); the same task, the same 50-step episodes, the same number of environment steps
+as EPyMARL's ``qmix.yaml``; MAPPO's agents learning from the team's reward, EPyMARL's common reward); the
+same task, the same 50-step episodes, the same number of environment steps
 (EPyMARL's ``t_max`` is that plus one test interval, as its own 20.05M is, so that its last test falls at the
 budget). The return is the episode's reward summed over the agents (EPyMARL's common reward, ``sum``).
 EPyMARL imports SMAClite at start-up; where its python has none, an empty stand-in is put on its path
@@ -41,7 +42,9 @@ TIME_LIMIT = 50  # steps per episode on both sides (lbforaging's default; EPyMAR
 TEST_INTERVAL = 50_000  # EPyMARL's test_interval for gymma; teamrl's --eval-every
 TEST_EPISODES = 100  # EPyMARL's test_nepisode for gymma; teamrl's --eval-episodes
 ALGOS = {  # teamrl's algorithm -> (EPyMARL's config, teamrl's overrides, teamrl samples its evaluations)
-    "mappo": ("mappo", {}, True),
+    # team_reward: every agent learns from the team's summed reward, as EPyMARL's agents do (its default
+    # common_reward with reward_scalarisation "sum"); teamrl's PPO learns from each agent's own by default
+    "mappo": ("mappo", {"team_reward": True}, True),
     "qmix": ("qmix", {"standardise_rewards": True}, False),
 }
 PLOT_TITLE = (
@@ -174,11 +177,19 @@ def worker(algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] 
     print(json.dumps({"env_steps": final["env_steps"], "curve": curve, "returns": final["returns"]}))
 
 
+def teamrl_run_dir(work: Path, algo: str, seed: int, sets: list[str]) -> Path:
+    """Where teamrl's training keeps its run: runs with other settings (the script's overrides and the
+    caller's ``sets``) keep directories of their own."""
+    settings = [*(f"{k}={v}" for k, v in ALGOS[algo][1].items()), *sets]
+    tag = "_" + hashlib.sha1("\n".join(settings).encode()).hexdigest()[:8] if settings else ""
+    return work / f"teamrl_{algo}_s{seed}{tag}"
+
+
 def run_teamrl(
     algo: str, seed: int, env_steps: int, work: Path, sets: list[str] | None = None
 ) -> dict[str, Any]:
-    tag = "_" + hashlib.sha1("\n".join(sets).encode()).hexdigest()[:8] if sets else ""
-    run_dir = work / f"teamrl_{algo}_s{seed}{tag}"  # runs with other settings keep their own directories
+    sets = list(sets or [])
+    run_dir = teamrl_run_dir(work, algo, seed, sets)
     if run_dir.exists():  # an attempt that did not finish (a finished one is in rows.jsonl and not rerun)
         shutil.rmtree(run_dir)
     res = timed(teamrl_command(algo, seed, env_steps, run_dir, sets))
@@ -188,9 +199,25 @@ def run_teamrl(
     return {
         **row,
         "run_dir": str(run_dir),
-        "teamrl_sets": list(sets or []),
+        "teamrl_sets": sets,
+        "teamrl_overrides": ALGOS[algo][1],
         **{k: res[k] for k in ("wall_s", "cpu_s")},
     }
+
+
+def reusable(rows: list[dict[str, Any]], env_steps: int, sets: list[str]) -> list[dict[str, Any]]:
+    """The finished trainings of ``rows.jsonl`` that this command would train again: the same budget and,
+    for teamrl's, the same settings (the caller's and the script's overrides: a row trained before the
+    script changed its defaults is not reused)."""
+    return [
+        r
+        for r in rows
+        if r.get("env_steps_asked") == env_steps
+        and (
+            r["library"] != "teamrl"
+            or (r.get("teamrl_sets", []) == sets and r.get("teamrl_overrides", {}) == ALGOS[r["algo"]][1])
+        )
+    ]
 
 
 def at_budget(curve: list[list[float]], env_steps: int) -> tuple[int, float]:
@@ -340,12 +367,7 @@ def main() -> None:
     # failing) loses nothing, and the same command with the same --work-dir trains only what is missing
     done_file = work / "rows.jsonl"
     done = [json.loads(line) for line in done_file.read_text().splitlines()] if done_file.is_file() else []
-    done = [
-        r
-        for r in done
-        if r.get("env_steps_asked") == args.env_steps
-        and (r["library"] != "teamrl" or r.get("teamrl_sets", []) == args.teamrl_set)
-    ]
+    done = reusable(done, args.env_steps, args.teamrl_set)
     have = {(r["library"], r["algo"], r["seed"]) for r in done}
     lock = threading.Lock()
 

@@ -95,10 +95,14 @@ def test_a_failing_epymarl_run_is_reported_with_its_output(checkout: Path, monke
 
 def test_teamrl_side_trains_evaluates_by_sampling_and_records_its_curve(tmp_path: Path) -> None:
     pytest.importorskip("lbforaging")
-    (tmp_path / "teamrl_mappo_s0").mkdir()  # an attempt that did not finish
-    (tmp_path / "teamrl_mappo_s0" / "metrics.jsonl").write_text("{}\n")
+    leftover = bench.teamrl_run_dir(tmp_path, "mappo", 0, [])
+    leftover.mkdir()  # an attempt that did not finish
+    (leftover / "metrics.jsonl").write_text("{}\n")
     row = bench.run_teamrl("mappo", 0, 3200, tmp_path)  # one update of 128 copies x 25 steps
-    assert row["env_steps"] == 3200 and row["cpu_s"] > 0
+    assert row["env_steps"] == 3200 and row["cpu_s"] > 0 and row["run_dir"] == str(leftover)
+    # EPyMARL's agents learn from the team's summed reward (its common reward): so do teamrl's here
+    assert row["teamrl_overrides"] == {"team_reward": True}
+    assert yaml.safe_load((leftover / "config.yaml").read_text())["config"]["team_reward"] is True
     assert len(row["returns"]) == bench.TEST_EPISODES
     assert [t for t, _ in row["curve"]] == [3200]  # the curve's last point is the final policy's, sampled
     assert row["curve"][-1][1] == pytest.approx(sum(row["returns"]) / len(row["returns"]))
@@ -110,6 +114,18 @@ def test_teamrl_side_trains_evaluates_by_sampling_and_records_its_curve(tmp_path
     assert other["run_dir"] != row["run_dir"] and run.is_dir()
     config = yaml.safe_load((Path(other["run_dir"]) / "config.yaml").read_text())["config"]
     assert config["num_envs"] == 64 and config["total_env_steps"] == 3200
+
+
+def test_a_rerun_reuses_only_rows_of_the_same_budget_and_settings() -> None:
+    base = {"algo": "mappo", "seed": 0, "env_steps_asked": 1000}
+    epymarl = {**base, "library": "epymarl"}
+    teamrl = {**base, "library": "teamrl", "teamrl_sets": [], "teamrl_overrides": {"team_reward": True}}
+    probe = {**teamrl, "teamrl_sets": ["num_envs=16"]}
+    before = {**base, "library": "teamrl", "teamrl_sets": []}  # trained before the script's overrides
+    rows = [epymarl, teamrl, probe, before, {**teamrl, "env_steps_asked": 2000}]
+    assert bench.reusable(rows, 1000, []) == [epymarl, teamrl]
+    assert bench.reusable(rows, 1000, ["num_envs=16"]) == [epymarl, probe]
+    assert bench.reusable(rows, 2000, []) == [rows[-1]]
 
 
 def test_summary_compares_at_the_budget() -> None:
