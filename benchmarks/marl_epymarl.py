@@ -34,39 +34,82 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TASK = "Foraging-8x8-2p-3f-v3"  # lbforaging's id: 8x8 grid, 2 agents, 3 food
-TIME_LIMIT = 50  # steps per episode on both sides (lbforaging's default; EPyMARL's env_args.time_limit)
-TEST_INTERVAL = 50_000  # EPyMARL's test_interval for gymma; teamrl's --eval-every
-TEST_EPISODES = 100  # EPyMARL's test_nepisode for gymma; teamrl's --eval-episodes
+
+@dataclass(frozen=True)
+class Task:
+    """A task both libraries run: its ids on each side and the test protocol used for both."""
+
+    title: str
+    teamrl_env: str  # teamrl's env name
+    epymarl_key: str  # EPyMARL's env_args.key (gymma); also the folder of its sacred records
+    time_limit: int  # steps per episode on both sides (the package's default; EPyMARL's env_args.time_limit)
+    test_interval: int  # EPyMARL's test_interval; teamrl's --eval-every
+    test_episodes: int  # EPyMARL's test_nepisode; teamrl's --eval-episodes
+    level: float  # the summary's "steps to reach" level
+
+
+TASKS = {
+    # 8x8 grid, 2 agents, 3 food; EPyMARL's test protocol for gymma (100 episodes every 50,000 steps)
+    "lbf": Task(
+        "Level-Based Foraging Foraging-8x8-2p-3f-v3 (1: all food collected)",
+        "lbf:Foraging-8x8-2p-3f-v3",
+        "lbforaging:Foraging-8x8-2p-3f-v3",
+        50,
+        50_000,
+        100,
+        0.8,
+    ),
+    # the multi-robot warehouse, tiny, 2 robots (return: shelves delivered per episode); its episodes are 10x
+    # LBF's, so fewer, sparser tests (20 episodes every 100,000 steps: 10% of the steps, as LBF's 100 x 50)
+    "rware": Task(
+        "Multi-robot warehouse rware-tiny-2ag-v2 (shelves delivered)",
+        "rware:rware-tiny-2ag-v2",
+        "rware:rware-tiny-2ag-v2",
+        500,
+        100_000,
+        20,
+        1.0,
+    ),
+}
 ALGOS = {  # teamrl's algorithm -> (EPyMARL's config, teamrl's overrides, teamrl samples its evaluations)
     # team_reward: every agent learns from the team's summed reward, as EPyMARL's agents do (its default
     # common_reward with reward_scalarisation "sum"); teamrl's PPO learns from each agent's own by default
     "mappo": ("mappo", {"team_reward": True}, True),
     "qmix": ("qmix", {"standardise_rewards": True}, False),
 }
-PLOT_TITLE = (
-    f"Level-Based Foraging {TASK}, {TIME_LIMIT}-step episodes: each library's test return ({TEST_EPISODES} "
-    "episodes)"
-)
+OUT_NAMES = {"lbf": "marl_epymarl.json", "rware": "marl_epymarl_rware.json"}
+
+
+def plot_title(t: Task) -> str:
+    return f"{t.title}, {t.time_limit}-step episodes: each library's test return ({t.test_episodes} episodes)"
+
+
+def record_task(record: dict[str, Any]) -> str:
+    """A record's task (records written before RWARE was added name LBF's id there)."""
+    return record["task"] if record["task"] in TASKS else "lbf"
+
+
 STUB = '"""An empty stand-in: EPyMARL imports smaclite at start-up; SMAClite is not used here."""\n'
 
 
-def epymarl_command(python: str, algo: str, seed: int, env_steps: int) -> list[str]:
+def epymarl_command(python: str, algo: str, seed: int, env_steps: int, task: str = "lbf") -> list[str]:
     """EPyMARL's command line for one training (run in its checkout)."""
+    t = TASKS[task]
     return [
         python,
         "src/main.py",
         f"--config={ALGOS[algo][0]}",
         "--env-config=gymma",
         "with",
-        f"env_args.key=lbforaging:{TASK}",
-        f"env_args.time_limit={TIME_LIMIT}",
-        f"t_max={env_steps + TEST_INTERVAL}",
-        f"test_interval={TEST_INTERVAL}",
-        f"test_nepisode={TEST_EPISODES}",
+        f"env_args.key={t.epymarl_key}",
+        f"env_args.time_limit={t.time_limit}",
+        f"t_max={env_steps + t.test_interval}",
+        f"test_interval={t.test_interval}",
+        f"test_nepisode={t.test_episodes}",
         f"seed={seed}",
         "save_model=False",
         "use_tensorboard=False",
@@ -74,12 +117,14 @@ def epymarl_command(python: str, algo: str, seed: int, env_steps: int) -> list[s
 
 
 def teamrl_command(
-    algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] | None = None
+    algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] | None = None, task: str = "lbf"
 ) -> list[str]:
     return [
         sys.executable,
         __file__,
         "--worker",
+        "--task",
+        task,
         "--algo",
         algo,
         "--seed",
@@ -129,46 +174,50 @@ def has_smaclite(python: str) -> bool:
     return subprocess.run([python, "-c", "import smaclite"], capture_output=True, check=False).returncode == 0
 
 
-def run_epymarl(epymarl_dir: Path, python: str, algo: str, seed: int, env_steps: int) -> dict[str, Any]:
+def run_epymarl(
+    epymarl_dir: Path, python: str, algo: str, seed: int, env_steps: int, task: str = "lbf"
+) -> dict[str, Any]:
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as stub:
         if not has_smaclite(python):
             (Path(stub) / "smaclite.py").write_text(STUB)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (stub, env.get("PYTHONPATH")) if p)
-        res = timed(epymarl_command(python, algo, seed, env_steps), cwd=epymarl_dir, env=env)
+        res = timed(epymarl_command(python, algo, seed, env_steps, task), cwd=epymarl_dir, env=env)
     found = re.findall(r'Started run with ID "(\d+)"', res["out"])
     if res["rc"] != 0 or not found:
         raise RuntimeError(f"EPyMARL {algo} seed {seed} failed (exit {res['rc']}):\n{res['out'][-3000:]}")
-    run_dir = epymarl_dir / "results" / "sacred" / ALGOS[algo][0] / f"lbforaging:{TASK}" / found[-1]
+    run_dir = epymarl_dir / "results" / "sacred" / ALGOS[algo][0] / TASKS[task].epymarl_key / found[-1]
     info = json.loads((run_dir / "info.json").read_text())
     curve = [
         [int(t), sacred_value(v)]
         for t, v in zip(info["test_return_mean_T"], info["test_return_mean"], strict=True)
     ]
     return {
-        "env_steps": env_steps + TEST_INTERVAL,
+        "env_steps": env_steps + TASKS[task].test_interval,
         "curve": curve,
         "sacred_run": str(run_dir),
         **{k: res[k] for k in ("wall_s", "cpu_s")},
     }
 
 
-def worker(algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] | None = None) -> None:
+def worker(
+    algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] | None = None, task: str = "lbf"
+) -> None:
     """One teamrl training in this process (``teamrl marl train``'s code path, ``sets`` as its ``--set``);
     prints its row."""
     from teamrl.marl.train import parse_sets, train
 
     overrides = {"total_env_steps": env_steps, "seed": seed, **ALGOS[algo][1], **parse_sets(sets or [])}
-    sampled = ALGOS[algo][2]
+    sampled, t = ALGOS[algo][2], TASKS[task]
     summary = train(
         algo,
-        f"lbf:{TASK}",
+        t.teamrl_env,
         overrides,
         run_dir,
-        episodes=TEST_EPISODES,
+        episodes=t.test_episodes,
         show_progress=False,
-        eval_every=TEST_INTERVAL,
-        eval_episodes=TEST_EPISODES,
+        eval_every=t.test_interval,
+        eval_episodes=t.test_episodes,
         eval_sampled=sampled,
     )
     final = summary["eval_sampled" if sampled else "eval"]
@@ -177,22 +226,22 @@ def worker(algo: str, seed: int, env_steps: int, run_dir: Path, sets: list[str] 
     print(json.dumps({"env_steps": final["env_steps"], "curve": curve, "returns": final["returns"]}))
 
 
-def teamrl_run_dir(work: Path, algo: str, seed: int, sets: list[str]) -> Path:
+def teamrl_run_dir(work: Path, algo: str, seed: int, sets: list[str], task: str = "lbf") -> Path:
     """Where teamrl's training keeps its run: runs with other settings (the script's overrides and the
     caller's ``sets``) keep directories of their own."""
     settings = [*(f"{k}={v}" for k, v in ALGOS[algo][1].items()), *sets]
     tag = "_" + hashlib.sha1("\n".join(settings).encode()).hexdigest()[:8] if settings else ""
-    return work / f"teamrl_{algo}_s{seed}{tag}"
+    return work / f"teamrl_{'' if task == 'lbf' else task + '_'}{algo}_s{seed}{tag}"
 
 
 def run_teamrl(
-    algo: str, seed: int, env_steps: int, work: Path, sets: list[str] | None = None
+    algo: str, seed: int, env_steps: int, work: Path, sets: list[str] | None = None, task: str = "lbf"
 ) -> dict[str, Any]:
     sets = list(sets or [])
-    run_dir = teamrl_run_dir(work, algo, seed, sets)
+    run_dir = teamrl_run_dir(work, algo, seed, sets, task)
     if run_dir.exists():  # an attempt that did not finish (a finished one is in rows.jsonl and not rerun)
         shutil.rmtree(run_dir)
-    res = timed(teamrl_command(algo, seed, env_steps, run_dir, sets))
+    res = timed(teamrl_command(algo, seed, env_steps, run_dir, sets, task))
     if res["rc"] != 0:
         raise RuntimeError(f"teamrl {algo} seed {seed} failed (exit {res['rc']}):\n{res['out'][-3000:]}")
     row = json.loads(res["out"].strip().splitlines()[-1])
@@ -205,14 +254,18 @@ def run_teamrl(
     }
 
 
-def reusable(rows: list[dict[str, Any]], env_steps: int, sets: list[str]) -> list[dict[str, Any]]:
-    """The finished trainings of ``rows.jsonl`` that this command would train again: the same budget and,
+def reusable(
+    rows: list[dict[str, Any]], env_steps: int, sets: list[str], task: str = "lbf"
+) -> list[dict[str, Any]]:
+    """The finished trainings of ``rows.jsonl`` that this command would train again: the same task and budget
+    and,
     for teamrl's, the same settings (the caller's and the script's overrides: a row trained before the
     script changed its defaults is not reused)."""
     return [
         r
         for r in rows
         if r.get("env_steps_asked") == env_steps
+        and r.get("task", "lbf") == task
         and (
             r["library"] != "teamrl"
             or (r.get("teamrl_sets", []) == sets and r.get("teamrl_overrides", {}) == ALGOS[r["algo"]][1])
@@ -231,10 +284,13 @@ def steps_to(curve: list[list[float]], level: float) -> int | None:
     return next((int(t) for t, v in curve if v >= level), None)
 
 
-def summarize_rows(rows: list[dict[str, Any]], env_steps: int) -> dict[str, dict[str, Any]]:
+def summarize_rows(
+    rows: list[dict[str, Any]], env_steps: int, level: float = 0.8
+) -> dict[str, dict[str, Any]]:
     """Per algorithm and library (``"<algo>/<library>"``): each seed's return at the budget (the test
-    nearest it) with its mean and std over seeds, the steps each seed's curve took to reach 0.8 (of 1: all
-    food collected), the mean over each seed's tests at or past half the budget, and the throughput."""
+    nearest it) with its mean and std over seeds, the steps each seed's curve took to reach ``level`` (LBF's
+    0.8 of 1: all food collected), the mean over each seed's tests at or past half the budget, and the
+    throughput."""
     import statistics
 
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -251,7 +307,7 @@ def summarize_rows(rows: list[dict[str, Any]], env_steps: int) -> dict[str, dict
             "mean": statistics.fmean(v for _, v in finals),
             "std_over_runs": statistics.pstdev(v for _, v in finals),
             "second_half_mean": statistics.fmean(late),
-            "steps_to_0.8": [steps_to(r["curve"], 0.8) for r in runs],
+            f"steps_to_{level:g}": [steps_to(r["curve"], level) for r in runs],
             "env_steps_per_cpu_s": sum(r["env_steps"] for r in runs) / sum(r["cpu_s"] for r in runs),
             "env_steps_per_s": sum(r["env_steps"] for r in runs) / sum(r["wall_s"] for r in runs),
         }
@@ -327,7 +383,12 @@ def main() -> None:
         help="teamrl's run directories and every finished training's row (rows.jsonl): the same command with "
         "the same --work-dir trains only what is missing (default: a new temporary directory)",
     )
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "marl_epymarl.json"))
+    parser.add_argument(
+        "--task", default="lbf", choices=list(TASKS), help="lbf: LBF 8x8-2p-3f; rware: RWARE tiny-2ag"
+    )
+    parser.add_argument(
+        "--out", help="the record (default: results/marl_epymarl.json, or marl_epymarl_rware.json for rware)"
+    )
     parser.add_argument(
         "--teamrl-set",
         action="append",
@@ -348,11 +409,13 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.algo, args.seed, args.env_steps, args.run_dir, args.teamrl_set)
+        worker(args.algo, args.seed, args.env_steps, args.run_dir, args.teamrl_set, args.task)
         return
+    out = Path(args.out or Path(__file__).parent / "results" / OUT_NAMES[args.task])
     if args.plot_from:
-        rows = [r for rec in args.plot_from for r in json.loads(rec.read_text())["rows"]]
-        plot(rows, Path(args.out).with_suffix(".png"), PLOT_TITLE)
+        records = [json.loads(rec.read_text()) for rec in args.plot_from]
+        rows = [r for rec in records for r in rec["rows"]]
+        plot(rows, out.with_suffix(".png"), plot_title(TASKS[record_task(records[0])]))
         return
     if "epymarl" in args.libraries:
         if not args.epymarl_dir or not args.epymarl_python:
@@ -367,7 +430,7 @@ def main() -> None:
     # failing) loses nothing, and the same command with the same --work-dir trains only what is missing
     done_file = work / "rows.jsonl"
     done = [json.loads(line) for line in done_file.read_text().splitlines()] if done_file.is_file() else []
-    done = reusable(done, args.env_steps, args.teamrl_set)
+    done = reusable(done, args.env_steps, args.teamrl_set, args.task)
     have = {(r["library"], r["algo"], r["seed"]) for r in done}
     lock = threading.Lock()
 
@@ -375,13 +438,22 @@ def main() -> None:
         lib, algo, seed = job
         try:
             if lib == "epymarl":
-                row = run_epymarl(args.epymarl_dir, args.epymarl_python, algo, seed, args.env_steps)
+                row = run_epymarl(
+                    args.epymarl_dir, args.epymarl_python, algo, seed, args.env_steps, args.task
+                )
             else:
-                row = run_teamrl(algo, seed, args.env_steps, work, args.teamrl_set)
+                row = run_teamrl(algo, seed, args.env_steps, work, args.teamrl_set, args.task)
         except RuntimeError as exc:
             print(exc, file=sys.stderr, flush=True)
             return {"library": lib, "algo": algo, "seed": seed, "error": str(exc)[-3000:]}
-        row = {"library": lib, "algo": algo, "seed": seed, "env_steps_asked": args.env_steps, **row}
+        row = {
+            "library": lib,
+            "algo": algo,
+            "seed": seed,
+            "task": args.task,
+            "env_steps_asked": args.env_steps,
+            **row,
+        }
         t, v = at_budget(row["curve"], args.env_steps)
         print(
             f"{algo:6} seed {seed} {lib:8} {row['env_steps']:>10,} steps  {row['cpu_s'] / 60:6.1f} CPU-min  "
@@ -406,20 +478,24 @@ def main() -> None:
     ]
     if not rows:
         sys.exit(f"every training failed; the first: {failed[0]['error']}")
-    summary = summarize_rows(rows, args.env_steps)
+    task = TASKS[args.task]
+    summary = summarize_rows(rows, args.env_steps, task.level)
     for key, s in summary.items():
+        reach = s[f"steps_to_{task.level:g}"]
         print(
             f"{key:16} return at {args.env_steps:,} steps {s['mean']:.3f} +- {s['std_over_runs']:.3f} over "
-            f"seeds, second half {s['second_half_mean']:.3f}, steps to 0.8 {s['steps_to_0.8']}, "
+            f"seeds, second half {s['second_half_mean']:.3f}, steps to {task.level:g} {reach}, "
             f"{s['env_steps_per_cpu_s']:,.0f} steps per CPU-s",
             flush=True,
         )
     record = {
-        "task": TASK,
-        "time_limit": TIME_LIMIT,
+        "task": args.task,
+        "teamrl_env": task.teamrl_env,
+        "epymarl_key": task.epymarl_key,
+        "time_limit": task.time_limit,
         "env_steps": args.env_steps,
-        "test_interval": TEST_INTERVAL,
-        "test_episodes": TEST_EPISODES,
+        "test_interval": task.test_interval,
+        "test_episodes": task.test_episodes,
         "jobs": args.jobs,
         "teamrl_sets": args.teamrl_set,
         "summary": summary,
@@ -428,11 +504,11 @@ def main() -> None:
     }
     from teamrl.atomic import atomic_write_text
 
-    atomic_write_text(Path(args.out), json.dumps(record, indent=1))
-    plot(rows, Path(args.out).with_suffix(".png"), PLOT_TITLE)
+    atomic_write_text(out, json.dumps(record, indent=1))
+    plot(rows, out.with_suffix(".png"), plot_title(task))
     if failed:
         names = ", ".join(f"{r['library']} {r['algo']} seed {r['seed']}" for r in failed)
-        sys.exit(f"{len(failed)} training(s) failed ({names}); the others are in {args.out}")
+        sys.exit(f"{len(failed)} training(s) failed ({names}); the others are in {out}")
 
 
 if __name__ == "__main__":

@@ -73,16 +73,56 @@ def test_epymarl_side_reads_its_sacred_curve_and_counts_its_workers_cpu(checkout
     row = bench.run_epymarl(checkout, sys.executable, "mappo", 1, 200_000)
     # its t_max is the budget plus one test interval, so that its last test falls at the budget
     config = json.loads((Path(row["sacred_run"]) / "config.json").read_text())
-    assert config["t_max"] == str(200_000 + bench.TEST_INTERVAL) and config["seed"] == "1"
-    assert config["env_args.key"] == f"lbforaging:{bench.TASK}"
-    assert config["env_args.time_limit"] == str(bench.TIME_LIMIT)
-    assert config["test_nepisode"] == str(bench.TEST_EPISODES)
+    assert config["t_max"] == str(200_000 + bench.TASKS["lbf"].test_interval) and config["seed"] == "1"
+    assert config["env_args.key"] == bench.TASKS["lbf"].epymarl_key
+    assert config["env_args.time_limit"] == str(bench.TASKS["lbf"].time_limit)
+    assert config["test_nepisode"] == str(bench.TASKS["lbf"].test_episodes)
     assert row["env_steps"] == 250_000
     assert [t for t, _ in row["curve"]] == [500, 50_500, 100_500, 150_500, 200_500]
     assert row["curve"][-1][1] == pytest.approx(200_500 / 250_000 + 0.1)
     assert bench.at_budget(row["curve"], 200_000) == (200_500, pytest.approx(200_500 / 250_000 + 0.1))
     # the worker process's CPU time is counted (it burns far more than the interpreter's start-up)
     assert row["cpu_s"] > 0.4 and row["wall_s"] > 0
+
+
+def test_rware_runs_both_sides_on_the_warehouse_with_its_own_protocol(
+    checkout: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:  # noqa: ANN001
+    t = bench.TASKS["rware"]
+    row = bench.run_epymarl(checkout, sys.executable, "mappo", 0, 200_000, "rware")
+    config = json.loads((Path(row["sacred_run"]) / "config.json").read_text())
+    assert config["env_args.key"] == "rware:rware-tiny-2ag-v2" and config["env_args.time_limit"] == "500"
+    assert config["t_max"] == str(200_000 + t.test_interval) and config["test_nepisode"] == str(
+        t.test_episodes
+    )
+    assert Path(row["sacred_run"]).parent.name == "rware:rware-tiny-2ag-v2"
+    # teamrl's side: the worker trains on the same env with the same test protocol
+    seen = {}
+
+    def fake_train(algo, env, overrides, run_dir, **kw):  # noqa: ANN001, ANN202
+        seen.update(algo=algo, env=env, overrides=overrides, **kw)
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 100, "eval/return/mean": 0.5}) + "\n")
+        return {"eval_sampled": {"env_steps": 100, "returns": [0.5]}}
+
+    import teamrl.marl.train
+
+    monkeypatch.setattr(teamrl.marl.train, "train", fake_train)
+    bench.worker("mappo", 3, 100, tmp_path / "run", ["num_envs=16"], "rware")
+    assert seen["env"] == "rware:rware-tiny-2ag-v2" and seen["eval_every"] == t.test_interval
+    assert seen["eval_episodes"] == t.test_episodes and seen["eval_sampled"] is True
+    assert seen["overrides"] == {"total_env_steps": 100, "seed": 3, "team_reward": True, "num_envs": 16}
+    assert json.loads(capsys.readouterr().out)["curve"] == [[100, 0.5]]
+    assert "--task" in (cmd := bench.teamrl_command("mappo", 3, 100, tmp_path, None, "rware"))
+    assert cmd[cmd.index("--task") + 1] == "rware"
+    # its rows are not mixed with LBF's in a shared work directory
+    lbf_row = {"library": "epymarl", "algo": "mappo", "seed": 0, "env_steps_asked": 100}
+    rware_row = {**lbf_row, "task": "rware"}
+    assert bench.reusable([lbf_row, rware_row], 100, [], "rware") == [rware_row]
+    assert bench.reusable([lbf_row, rware_row], 100, []) == [lbf_row]
+    assert bench.teamrl_run_dir(tmp_path, "mappo", 0, [], "rware") != bench.teamrl_run_dir(
+        tmp_path, "mappo", 0, []
+    )
 
 
 def test_a_failing_epymarl_run_is_reported_with_its_output(checkout: Path, monkeypatch) -> None:  # noqa: ANN001
@@ -103,7 +143,7 @@ def test_teamrl_side_trains_evaluates_by_sampling_and_records_its_curve(tmp_path
     # EPyMARL's agents learn from the team's summed reward (its common reward): so do teamrl's here
     assert row["teamrl_overrides"] == {"team_reward": True}
     assert yaml.safe_load((leftover / "config.yaml").read_text())["config"]["team_reward"] is True
-    assert len(row["returns"]) == bench.TEST_EPISODES
+    assert len(row["returns"]) == bench.TASKS["lbf"].test_episodes
     assert [t for t, _ in row["curve"]] == [3200]  # the curve's last point is the final policy's, sampled
     assert row["curve"][-1][1] == pytest.approx(sum(row["returns"]) / len(row["returns"]))
     run = Path(row["run_dir"])
