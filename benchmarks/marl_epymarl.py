@@ -1,14 +1,14 @@
-"""teamrl side by side with EPyMARL on Level-Based Foraging (issue 23): the return at equal environment steps,
-each library evaluated by its own test protocol with the same settings (100 episodes every 50,000 steps;
-actor-critic methods sample their actions, value methods act greedily), and the training throughput per
-CPU-second, measured in one run.
+"""teamrl side by side with EPyMARL on Level-Based Foraging, or the multi-robot warehouse with ``--task rware``
+(issue 23): the return at equal environment steps, each library evaluated by its own test protocol with the
+same settings (LBF: 100 episodes every 50,000 steps; actor-critic methods sample their actions, value methods
+act greedily), and the training throughput per CPU-second, measured in one run.
 
 EPyMARL is not a pip package: give its checkout (``--epymarl-dir``, github.com/uoe-agents/epymarl) and a
 python with its requirements (``--epymarl-python``: sacred, pyyaml, gymnasium, lbforaging and a torch; this
 repository's torch 2.13.0 does). EPyMARL trains with its own configs (``src/config/algs/<algo>.yaml``,
 ``src/config/envs/gymma.yaml``), teamrl with ``teamrl marl train``'s defaults (QMIX with rewards standardised,
 as EPyMARL's ``qmix.yaml``; MAPPO's agents learning from the team's reward, EPyMARL's common reward); the
-same task, the same 50-step episodes, the same number of environment steps
+same task, the same episodes (50 steps on LBF, 500 on RWARE), the same number of environment steps
 (EPyMARL's ``t_max`` is that plus one test interval, as its own 20.05M is, so that its last test falls at the
 budget). The return is the episode's reward summed over the agents (EPyMARL's common reward, ``sum``).
 EPyMARL imports SMAClite at start-up; where its python has none, an empty stand-in is put on its path
