@@ -1,4 +1,4 @@
-"""teamrl side by side with EPyMARL on Level-Based Foraging, or the multi-robot warehouse with ``--task rware``
+"""teamrl side by side with EPyMARL on Level-Based Foraging, or the multi-robot warehouse (``--task rware``)
 (issue 23): the return at equal environment steps, each library evaluated by its own test protocol with the
 same settings (LBF: 100 episodes every 50,000 steps; actor-critic methods sample their actions, value methods
 act greedily), and the training throughput per CPU-second, measured in one run.
