@@ -117,3 +117,34 @@ def test_teamrl_marl_train_runs_on_them(tmp_path, capsys, algo: str, env: str) -
     assert main(args) == 0
     assert f"{algo} on {env}" in capsys.readouterr().out
     assert (tmp_path / "r" / "eval.json").is_file()
+
+
+def test_every_lbf_id_gets_the_team_reward_and_memory_by_default() -> None:
+    from teamrl.config import ConfigError
+    from teamrl.marl.train import resolve
+
+    for algo in ("mappo", "ippo"):
+        _, cfg, _ = resolve(algo, "lbf:Foraging-5x5-2p-1f-v3", {})
+        assert cfg.team_reward is True and cfg.recurrent is True  # type: ignore[attr-defined]
+    _, cfg, _ = resolve("mappo", "lbf:Foraging-5x5-2p-1f-v3", {"recurrent": False, "team_reward": False})
+    assert cfg.team_reward is False and cfg.recurrent is False  # type: ignore[attr-defined]  # the user's say
+    _, cfg, _ = resolve("mappo", "rware:rware-tiny-2ag-v2", {})
+    assert cfg.recurrent is False  # type: ignore[attr-defined]  # another family: PPO's defaults
+    with pytest.raises(ConfigError, match="recurrent and entity_actor"):  # the preset named in the refusal
+        resolve("mappo", "lbf:Foraging-5x5-2p-1f-v3", {"entity_actor": True})
+
+
+def test_an_env_preset_is_found_by_name_then_by_family() -> None:
+    from types import SimpleNamespace
+
+    from teamrl.marl.registry import env_preset
+
+    module = SimpleNamespace(ENV_PRESETS={"lbf:": {"a": 1}, "lbf:Foraging-5x5-2p-1f-v3": {"a": 2}})
+    assert env_preset(module, "lbf:Foraging-8x8-2p-3f-v3") == {"a": 1}  # type: ignore[arg-type]
+    assert env_preset(module, "lbf:Foraging-5x5-2p-1f-v3") == {"a": 2}  # type: ignore[arg-type]
+    assert env_preset(module, "my_pkg.envs:factory") == {}  # type: ignore[arg-type]
+    assert env_preset(module, "simple_spread") == {}  # type: ignore[arg-type]
+    assert env_preset(SimpleNamespace(), "lbf:x") == {}  # type: ignore[arg-type]  # a module without presets
+    preset = env_preset(module, "lbf:x")  # type: ignore[arg-type]
+    preset["a"] = 9  # a copy: the module's presets are left as they were
+    assert module.ENV_PRESETS["lbf:"] == {"a": 1}

@@ -21,3 +21,13 @@ def algorithm(name: str) -> tuple[ModuleType, dict[str, Any]]:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(sorted(ALGORITHMS))}")
     module, preset = ALGORITHMS[name]
     return importlib.import_module(module), dict(preset)
+
+
+def env_preset(module: ModuleType, env: str) -> dict[str, Any]:
+    """The algorithm module's defaults for ``env`` (its ``ENV_PRESETS``): by the env's exact name, else by
+    its family, the name up to and with the first ``:`` (``"lbf:"`` covers every Level-Based Foraging id)."""
+    presets: dict[str, dict[str, Any]] = getattr(module, "ENV_PRESETS", {})
+    if env in presets:
+        return dict(presets[env])
+    family, colon, _ = env.partition(":")
+    return dict(presets.get(family + colon, {})) if colon else {}

@@ -6,8 +6,8 @@ A run directory holds ``config.yaml`` (algorithm, env, env kwargs and the resolv
 
 The algorithm config is built from, in order: the ``Config`` defaults of the algorithm's module, the
 registry preset of the named variant (``mappo`` = ppo with ``centralised_critic: true``), the module's
-``ENV_PRESETS[env]`` if it has one, then the user's overrides. Overrides named ``env.KEY`` go to the
-env factory (``--set env.N=4``).
+``ENV_PRESETS`` for the env or its family (``"lbf:"``), then the user's overrides. Overrides ``env.KEY`` go
+to the env factory (``--set env.N=4``).
 
 ``env`` is a name known to ``make_vec_env`` or the user's own PettingZoo ParallelEnv as
 ``package.module:factory`` / ``path/to/file.py:factory`` (stored with an absolute path in config.yaml).
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from teamrl.atomic import atomic_write_text
 from teamrl.config import ConfigError, _parse_override
-from teamrl.marl.registry import ALGORITHMS, algorithm
+from teamrl.marl.registry import ALGORITHMS, algorithm, env_preset
 
 DEFAULT_OUT = "runs/marl"
 EVAL_SEED = 12345
@@ -106,7 +106,7 @@ def resolve(
     for key in overrides:
         if key in preset and overrides[key] != preset[key]:
             raise ConfigError(f"{key} is fixed to {preset[key]!r} by the algorithm {algo!r}")
-    data = {**preset, **getattr(module, "ENV_PRESETS", {}).get(env, {}), **_nest(overrides)}
+    data = {**preset, **env_preset(module, env), **_nest(overrides)}
     try:
         cfg = module.Config(**data)
     except ValidationError as err:
