@@ -341,7 +341,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         axes[1].plot([t * cpu_min_per_step for t in steps], values, color=colour, lw=1)
     axes[0].set_xlabel("environment steps (millions)")
     axes[1].set_xlabel("CPU-minutes of training (the run's, spread evenly over its steps)")
-    axes[0].set_ylabel("test return (1: all food collected)")
+    axes[0].set_ylabel("test return (the title says its unit)")
     axes[0].legend(fontsize=8, loc="lower right")
     for ax in axes:
         ax.grid(alpha=0.3)
