@@ -258,8 +258,7 @@ def reusable(
     rows: list[dict[str, Any]], env_steps: int, sets: list[str], task: str = "lbf"
 ) -> list[dict[str, Any]]:
     """The finished trainings of ``rows.jsonl`` that this command would train again: the same task and budget
-    and,
-    for teamrl's, the same settings (the caller's and the script's overrides: a row trained before the
+    and, for teamrl's, the same settings (the caller's and the script's overrides: a row trained before the
     script changed its defaults is not reused)."""
     return [
         r

@@ -24,12 +24,13 @@ SEED = 12345  # the episodes (teamrl's evaluation seed) and the actions' samples
 
 
 def failures(run_dir: Path, episodes: int = 300, still: int = 20) -> dict[str, Any]:
-    """Play ``episodes`` episodes of the run's final policy, actions sampled (torch seeded), on its env; the
-    first ``episodes // COPIES`` of every copy are counted (more for the first ``episodes % COPIES``), so
-    short episodes are not over-counted."""
+    """Play ``episodes`` episodes of the run's final policy, actions sampled (torch seeded), on its env,
+    counted as ``teamrl.marl.evaluate.evaluate`` counts them (the first episodes of every copy, fixed before
+    play, so short episodes are not over-counted); each copy's observations are watched on the way."""
     import torch
 
     from teamrl.marl.envs import make_vec_env
+    from teamrl.marl.evaluate import evaluate
     from teamrl.marl.registry import algorithm
     from teamrl.marl.train import read_run
 
@@ -39,38 +40,42 @@ def failures(run_dir: Path, episodes: int = 300, still: int = 20) -> dict[str, A
     actor = module.make_actor(torch.load(ckpt_path, weights_only=False), deterministic=False)
     copies = min(COPIES, episodes)
     env = make_vec_env(resolved["env"], copies, SEED, **resolved.get("env_kwargs", {}))
-    quota = np.full(copies, episodes // copies)
-    quota[: episodes % copies] += 1
-    counted = np.zeros(copies, dtype=int)
     first = env.agents[0]
-    seen: list[list[np.ndarray]] = [[] for _ in range(copies)]
-    running = np.zeros(copies)
-    returns, frozen = [], []
+    seen: list[list[np.ndarray]] = [[] for _ in range(copies)]  # the episode under way, per copy
+    waited: list[list[bool]] = [[] for _ in range(copies)]  # per copy, its ended episodes in order
+
+    def waiting(obs: list[np.ndarray]) -> bool:
+        last = obs[-still:]
+        return len(last) == still and all(np.array_equal(o, last[0]) for o in last)
+
+    def watched(step: Any) -> dict[str, np.ndarray]:
+        for i in np.flatnonzero(step.done):  # the copy's episode ended on the last step
+            waited[i].append(waiting(seen[i]))
+            seen[i] = []
+        for i in range(copies):
+            seen[i].append(step.obs[first][i].copy())
+        return actor(step)
+
     try:
         with torch.random.fork_rng():
             torch.manual_seed(SEED)
-            step = env.reset(seed=SEED)
-            while (counted < quota).any():
-                for i in range(copies):
-                    seen[i].append(step.obs[first][i].copy())
-                step = env.step(actor(step))
-                running += sum(step.rewards[a] for a in env.agents)
-                for i in np.flatnonzero(step.done):
-                    if counted[i] < quota[i]:
-                        last = seen[i][-still:]
-                        returns.append(float(running[i]))
-                        frozen.append(len(last) == still and all(np.array_equal(o, last[0]) for o in last))
-                        counted[i] += 1
-                    running[i], seen[i] = 0.0, []
+            result = evaluate(watched, env, episodes, seed=SEED)
     finally:
         env.close()
-    left = np.array(returns) < 1 - 1e-6
+    # evaluate's returns are copy by copy, each copy's first episodes (one more for the first copies); an
+    # episode that ended on the last step was not seen ending by the actor
+    quota = [episodes // copies + (i < episodes % copies) for i in range(copies)]
+    for i in range(copies):
+        if len(waited[i]) < quota[i]:
+            waited[i].append(waiting(seen[i]))
+    frozen = np.array([w for i in range(copies) for w in waited[i][: quota[i]]])
+    left = np.array(result["returns"]) < 1 - 1e-6
     return {
         "run_dir": str(run_dir),
-        "episodes": len(returns),
-        "return_mean": float(np.mean(returns)),
+        "episodes": len(left),
+        "return_mean": result["return/mean"],
         "food_left": int(left.sum()),
-        "food_left_and_still": int((left & np.array(frozen)).sum()),
+        "food_left_and_still": int((left & frozen).sum()),
         "still_steps": still,
     }
 
