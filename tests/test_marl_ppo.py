@@ -237,8 +237,43 @@ def test_entity_critic_reads_the_landmarks_as_a_set_and_the_state_beside_them():
         resolve("mappo", "mpe2:simple_reference_v3", {"entity_critic": True})
 
 
-@pytest.mark.parametrize("entity_critic", [False, True])
-def test_entity_actor_trains_and_reloads(tmp_path, entity_critic):
+def test_shared_encoder_critic_reads_the_actors_features_and_its_loss_trains_the_encoder():
+    """``shared_encoder``: the entity actor's distribution is its head on its features; the critic reads
+    [global state, those features]; the value loss's gradient reaches the actor's slot encoder; refused
+    without an entity actor, beside an entity critic or a centralised actor."""
+    from teamrl.marl.envs.mpe import SimpleSpread
+
+    env = SimpleSpread(num_envs=4, N=3, seed=0)
+    step = env.reset(seed=0)
+    g = ppo.make_groups(env, "shared", agent_id=False, entity_actor=True)[0]
+    torch.manual_seed(0)
+    actor = ppo.Actor(g, [16, 16])
+    x = ppo.group_obs(g, step.obs)
+    f = actor.features(x)
+    assert f.shape == (*x.shape[:-1], actor.net.feature_dim)
+    torch.testing.assert_close(actor.dist_of(f).logits, actor.dist(x).logits)
+    critic = ppo.Critic(env.state_dim + actor.net.feature_dim, [16, 16])
+    state = torch.from_numpy(step.state).float().unsqueeze(1).expand(-1, g.k, -1)
+    critic(torch.cat([state, f], -1)).square().mean().backward()
+    assert actor.net.encode[0].weight.grad is not None and actor.net.encode[0].weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="only an entity actor"):
+        ppo.Actor(ppo.make_groups(env, "shared", agent_id=False)[0], [16]).features(x)
+    for bad in (
+        {},
+        {"entity_actor": True, "entity_critic": True},
+        {"entity_actor": True, "centralised_actor": True},
+    ):
+        with pytest.raises(ValueError, match="shared_encoder"):
+            ppo.Config(shared_encoder=True, **bad)
+    from teamrl.config import ConfigError
+    from teamrl.marl.train import resolve
+
+    with pytest.raises(ConfigError, match="entity_slots"):  # a clear error before training starts
+        resolve("mappo", "mpe2:simple_reference_v3", {"entity_actor": True, "shared_encoder": True})
+
+
+@pytest.mark.parametrize("critic", ["mlp", "entity_critic", "shared_encoder"])
+def test_entity_actor_trains_and_reloads(tmp_path, critic):
     from teamrl.marl.train import evaluate_run, resume_run, train
 
     overrides = {
@@ -247,11 +282,19 @@ def test_entity_actor_trains_and_reloads(tmp_path, entity_critic):
         "hidden": [16],
         "epochs": 1,
         "entity_actor": True,
-        "entity_critic": entity_critic,
+        "entity_critic": critic == "entity_critic",
+        "shared_encoder": critic == "shared_encoder",
     }
     summary = train("mappo", "simple_spread", overrides, tmp_path / "run", episodes=4, show_progress=False)
     again = evaluate_run(tmp_path / "run", episodes=4)
     assert again["return/mean"] == pytest.approx(summary["eval"]["return/mean"])
+    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    first = next(w for k, w in checkpoint["critics"][0].items() if k.endswith("weight") and w.dim() == 2)
+    state_dim = 54  # simple_spread, N = 3: three observations of 18
+    if (
+        critic != "entity_critic"
+    ):  # the shared encoder's critic: the state, 2 x 16 pooled encodings, 12 others
+        assert first.shape[1] == state_dim + (2 * 16 + 12 if critic == "shared_encoder" else 18)
     # the critics' shapes come from the config: a resumed run loads them back
     resumed = resume_run(tmp_path / "run", {"total_env_steps": 800}, episodes=4, show_progress=False)
     assert resumed["train"]["env_steps"] >= 800

@@ -55,8 +55,9 @@ from teamrl.marl.ppo_nets import (  # re-exported: the networks and groups are p
     load_weights,
     make_groups,
     reset_where,
+    restore,
+    restore_check,
 )
-from teamrl.marl.replay import check_keys
 from teamrl.marl.run import RunContext, episode_metrics, info_metrics, resume_seed
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "policy_loss",
     "reset_where",
     "restore",
+    "restore_check",
     "train",
     "value_loss",
 ]
@@ -125,6 +127,11 @@ class Config(BaseModel):
         description="the critic reads the agent's own observation slots (env.entity_slots) as a set too, "
         "as the entity actor does (the global state, if any, goes in beside them)",
     )
+    shared_encoder: bool = Field(
+        False,
+        description="with entity_actor: the critic's MLP reads the entity actor's pooled slot encodings "
+        "(beside the global state) instead of the raw observation, and its loss trains that encoder too",
+    )
     recurrent: bool = Field(
         False,
         description="GRU actors and critics (recurrent MAPPO): the first hidden layer feeds a GRU cell of "
@@ -152,6 +159,11 @@ class Config(BaseModel):
         if self.recurrent and (self.entity_actor or self.entity_critic):
             raise ValueError(
                 "recurrent and entity_actor / entity_critic cannot be combined yet: set one of them false"
+            )
+        if self.shared_encoder and (not self.entity_actor or self.entity_critic or self.centralised_actor):
+            raise ValueError(
+                "shared_encoder shares the entity actor's encoder: it needs entity_actor: true and neither "
+                "entity_critic nor centralised_actor"
             )
         if self.recurrent and self.model is not None:
             raise ValueError(
@@ -252,17 +264,20 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     state_dim = env.state_dim if cfg.centralised_critic else 0
     actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation, cfg.recurrent) for g in groups])
     critic_hidden = cfg.hidden if cfg.critic_hidden is None else cfg.critic_hidden
+    if cfg.shared_encoder and not all(g.entities for g in groups):
+        raise ValueError("shared_encoder needs an env that declares entity_slots for every agent")
     critics = nn.ModuleList(
         [
             Critic(
-                g.own_dim + state_dim,
+                (cast(EntityNet, cast(Actor, a).net).feature_dim if cfg.shared_encoder else g.own_dim)
+                + state_dim,
                 critic_hidden,
                 cfg.activation,
                 cfg.recurrent,
                 entity_slots(env, g, state_dim) if cfg.entity_critic else None,
                 head_only=state_dim,
             )
-            for g in groups
+            for g, a in zip(groups, actors, strict=True)
         ]
     )
     optimizer = torch.optim.Adam(
@@ -278,11 +293,18 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         x = actor_input(g, obs, state) if g.state_dim else own
         return x, critic_input(own, state if cfg.centralised_critic else None)
 
+    def shared(i: int, critic_in: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """``shared_encoder``: the critic's input as [global state, the actor's features of the own input]."""
+        if not cfg.shared_encoder:
+            return critic_in
+        f = cast(Actor, actors[i]).features(critic_in[..., state_dim:]) if features is None else features
+        return torch.cat([critic_in[..., :state_dim], f], -1)
+
     def value(
         i: int, critic_in: torch.Tensor, h: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The critic's value on the return scale, and its new state (recurrent; else None)."""
-        v, h = cast(Critic, critics[i]).step(critic_in, h)
+        v, h = cast(Critic, critics[i]).step(shared(i, critic_in), h)
         return (cast(Critic, critics[i]).norm.denormalize(v) if cfg.value_norm else v), h
 
     def initial_state(g: GroupSpec, width: int) -> torch.Tensor | None:
@@ -491,11 +513,15 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                         logp, entropy_all, predicted = replay(i, g, idx)
                     else:
                         picked = idx
-                        dist = cast(Actor, actors[i]).dist(
-                            flat[i]["actor_in"][idx], flat[i]["masks"][idx] if g.discrete else None
+                        actor, mask = cast(Actor, actors[i]), flat[i]["masks"][idx] if g.discrete else None
+                        f = actor.features(flat[i]["actor_in"][idx]) if cfg.shared_encoder else None
+                        dist = (
+                            actor.dist(flat[i]["actor_in"][idx], mask)
+                            if f is None
+                            else actor.dist_of(f, mask)
                         )
                         logp, entropy_all = dist.log_prob(flat[i]["actions"][idx]), dist.entropy()
-                        predicted = critics[i](flat[i]["critic_in"][idx])
+                        predicted = critics[i](shared(i, flat[i]["critic_in"][idx], f))
                     b = flat[i]
                     entropy = entropy_all.mean()
                     pg_loss = policy_loss(logp, b["logp"][picked], advantages[i][picked], cfg.clip)
@@ -539,33 +565,6 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
 
 
 RESUMABLE = True  # teamrl marl train --resume
-
-
-def restore_check(checkpoint: dict[str, Any]) -> None:
-    """ValueError unless ``checkpoint`` can be resumed from (one written before resuming was possible has
-    no optimizer)."""
-    check_keys(checkpoint, ("optimizer", "iteration", "torch_rng"))
-
-
-def restore(
-    checkpoint: dict[str, Any],
-    actors: nn.ModuleList,
-    critics: nn.ModuleList,
-    optimizer: Any,
-    agents: list[str],
-) -> tuple[int, int]:
-    """Load a checkpoint's networks (value normalisers included), optimizer and torch RNG; (updates done,
-    env steps done). A checkpoint written before resuming was possible has no optimizer: refused."""
-    restore_check(checkpoint)
-    if list(checkpoint["agents"]) != list(agents):
-        raise ValueError(f"the checkpoint's agents {checkpoint['agents']} are not the env's {list(agents)}")
-    for module, state in zip(actors, checkpoint["actors"], strict=True):
-        module.load_state_dict(state)
-    for module, state in zip(critics, checkpoint["critics"], strict=True):
-        module.load_state_dict(state)
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    torch.set_rng_state(checkpoint["torch_rng"])
-    return int(checkpoint["iteration"]), int(checkpoint["env_steps"])
 
 
 # ---------------------------------------------------------------------------------------------- actor

@@ -14,6 +14,7 @@ from torch import nn
 
 from teamrl.marl.core import VecMultiAgentEnv, VecStep
 from teamrl.marl.nets import RunningMeanStd, mlp
+from teamrl.marl.replay import check_keys
 
 MASKED_LOGIT = -1e9
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -188,10 +189,16 @@ class EntityNet(nn.Module):
         rest = in_dim - self.count * self.width - head_only
         self.encode = mlp([self.width + rest, h, h], act)
         self.score = nn.Linear(h, 1)
-        widths = [2 * h + rest + head_only, *hidden[1:], n_out]
+        self.feature_dim = 2 * h + rest + head_only
+        widths = [self.feature_dim, *hidden[1:], n_out]
         self.head = mlp(widths if len(hidden) > 1 else [widths[0], n_out], act, out_gain=out_gain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the head reads ``[..., feature_dim]``: the pooled slot encodings, the rest of the input and
+        the head-only inputs (a critic may read them too: ``ppo.Config.shared_encoder``)."""
         end = self.start + self.count * self.width
         tokens = x[..., self.start : end].unflatten(-1, (self.count, self.width))
         rest = torch.cat([x[..., self.head_only : self.start], x[..., end:]], dim=-1)
@@ -199,8 +206,7 @@ class EntityNet(nn.Module):
             self.encode(torch.cat([tokens, rest.unsqueeze(-2).expand(*tokens.shape[:-1], -1)], -1))
         )
         attn = torch.softmax(self.score(h), dim=-2)
-        pooled = torch.cat([(attn * h).sum(-2), h.amax(-2), rest, x[..., : self.head_only]], dim=-1)
-        return self.head(pooled)
+        return torch.cat([(attn * h).sum(-2), h.amax(-2), rest, x[..., : self.head_only]], dim=-1)
 
 
 class RecurrentNet(nn.Module):
@@ -255,6 +261,18 @@ class Actor(nn.Module):
 
     def dist(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.distributions.Distribution:
         return self._dist(self.net(x), mask)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """An entity actor's pooled features of ``x`` (:meth:`EntityNet.features`); see :meth:`dist_of`."""
+        if not isinstance(self.net, EntityNet):
+            raise ValueError("only an entity actor (entity_actor: true, not recurrent) has pooled features")
+        return self.net.features(x)
+
+    def dist_of(
+        self, features: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.distributions.Distribution:
+        """The distribution from :meth:`features`' output: ``dist(x) == dist_of(features(x))``."""
+        return self._dist(cast(EntityNet, self.net).head(features), mask)
 
     def _dist(self, out: torch.Tensor, mask: torch.Tensor | None) -> torch.distributions.Distribution:
         if self.discrete:
@@ -370,3 +388,31 @@ def load_weights(checkpoint: dict[str, Any], actors: nn.ModuleList, critics: nn.
     for module, state in zip(critics, given, strict=True):
         module.load_state_dict(state)
     return True
+
+
+# ------------------------------------------------------------------------------------------- resume
+def restore_check(checkpoint: dict[str, Any]) -> None:
+    """ValueError unless ``checkpoint`` can be resumed from (one written before resuming was possible has
+    no optimizer)."""
+    check_keys(checkpoint, ("optimizer", "iteration", "torch_rng"))
+
+
+def restore(
+    checkpoint: dict[str, Any],
+    actors: nn.ModuleList,
+    critics: nn.ModuleList,
+    optimizer: Any,
+    agents: list[str],
+) -> tuple[int, int]:
+    """Load a checkpoint's networks (value normalisers included), optimizer and torch RNG; (updates done,
+    env steps done). A checkpoint written before resuming was possible has no optimizer: refused."""
+    restore_check(checkpoint)
+    if list(checkpoint["agents"]) != list(agents):
+        raise ValueError(f"the checkpoint's agents {checkpoint['agents']} are not the env's {list(agents)}")
+    for module, state in zip(actors, checkpoint["actors"], strict=True):
+        module.load_state_dict(state)
+    for module, state in zip(critics, checkpoint["critics"], strict=True):
+        module.load_state_dict(state)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    torch.set_rng_state(checkpoint["torch_rng"])
+    return int(checkpoint["iteration"]), int(checkpoint["env_steps"])
