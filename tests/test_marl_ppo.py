@@ -226,14 +226,16 @@ def test_entity_critic_reads_the_landmarks_as_a_set_and_the_state_beside_them():
         torch.testing.assert_close(critic(permuted), v, atol=1e-5, rtol=1e-5)
         assert (critic(moved) - v).abs().max() > 1e-3
         assert (critic(restated) - v).abs().max() > 1e-3
-    with pytest.raises(ValueError, match="entity_critic needs"):
+    with pytest.raises(ValueError, match="entity_critic and shared_encoder need"):
         ppo.entity_slots(CueGame(2, 0), ppo.make_groups(CueGame(2, 0), "shared", agent_id=True)[0])
     with pytest.raises(ValueError, match="entity_critic"):
         ppo.Config(recurrent=True, entity_critic=True)
     from teamrl.config import ConfigError
     from teamrl.marl.train import resolve
 
-    with pytest.raises(ConfigError, match="entity_critic needs"):  # a clear error before training starts
+    with pytest.raises(
+        ConfigError, match="entity_critic and shared_encoder need"
+    ):  # a clear error before training starts
         resolve("mappo", "mpe2:simple_reference_v3", {"entity_critic": True})
 
 
@@ -270,6 +272,17 @@ def test_shared_encoder_critic_reads_the_actors_features_and_its_loss_trains_the
 
     with pytest.raises(ConfigError, match="entity_slots"):  # a clear error before training starts
         resolve("mappo", "mpe2:simple_reference_v3", {"entity_actor": True, "shared_encoder": True})
+
+    def partial(n: int, seed: int) -> SimpleSpread:  # slots declared for the first agent only
+        e = SimpleSpread(num_envs=n, N=3, seed=seed)
+        e.entity_slots = {e.agents[0]: e.entity_slots[e.agents[0]]}
+        return e
+
+    cfg = ppo.Config(
+        total_env_steps=8, num_envs=2, entity_actor=True, shared_encoder=True, parameter_sharing="per_agent"
+    )
+    with pytest.raises(ValueError, match="shared_encoder need"):
+        ppo.train(cfg, _run(partial, 8))
 
 
 @pytest.mark.parametrize("critic", ["mlp", "entity_critic", "shared_encoder"])

@@ -264,8 +264,9 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
     state_dim = env.state_dim if cfg.centralised_critic else 0
     actors = nn.ModuleList([Actor(g, cfg.hidden, cfg.activation, cfg.recurrent) for g in groups])
     critic_hidden = cfg.hidden if cfg.critic_hidden is None else cfg.critic_hidden
-    if cfg.shared_encoder and not all(g.entities for g in groups):
-        raise ValueError("shared_encoder needs an env that declares entity_slots for every agent")
+    if cfg.shared_encoder:
+        for g in groups:
+            entity_slots(env, g)  # a ValueError unless every agent has slots
     critics = nn.ModuleList(
         [
             Critic(

@@ -113,7 +113,10 @@ def entity_slots(env: VecMultiAgentEnv, g: GroupSpec, offset: int = 0) -> tuple[
     declares none."""
     slots: dict[str, tuple[int, int, int]] = getattr(env, "entity_slots", None) or {}
     if g.agents[0] not in slots:
-        raise ValueError("entity_critic needs an env that declares entity_slots (e.g. simple_spread)")
+        raise ValueError(
+            "entity_critic and shared_encoder need an env that declares entity_slots for every agent "
+            "(e.g. simple_spread)"
+        )
     start, count, width = slots[g.agents[0]]
     return start + offset, count, width
 

@@ -158,7 +158,7 @@ def check_spaces(algo: str, cfg: Any, env: Any) -> None:
 
         try:  # parameter_sharing=shared needs equal spaces; entity_actor / entity_critic need entity_slots
             groups = make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
-            if cfg.entity_critic:
+            if cfg.entity_critic or cfg.shared_encoder:
                 for g in groups:
                     entity_slots(env, g)
         except ValueError as exc:
