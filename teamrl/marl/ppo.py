@@ -302,10 +302,10 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
         return torch.cat([critic_in[..., :state_dim], f], -1)
 
     def value(
-        i: int, critic_in: torch.Tensor, h: torch.Tensor | None
+        i: int, critic_in: torch.Tensor, h: torch.Tensor | None, features: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The critic's value on the return scale, and its new state (recurrent; else None)."""
-        v, h = cast(Critic, critics[i]).step(shared(i, critic_in), h)
+        v, h = cast(Critic, critics[i]).step(shared(i, critic_in, features), h)
         return (cast(Critic, critics[i]).norm.denormalize(v) if cfg.value_norm else v), h
 
     def initial_state(g: GroupSpec, width: int) -> torch.Tensor | None:
@@ -445,12 +445,16 @@ def train(cfg: Config, run: RunContext) -> dict[str, Any]:
                 for i, g in enumerate(groups):
                     x, xc = inputs(g, step.obs, step.state)
                     mask = group_masks(g, step)
-                    dist, h_actor[i] = cast(Actor, actors[i]).step(x, h_actor[i], mask)
+                    actor = cast(Actor, actors[i])
+                    f = actor.features(x) if cfg.shared_encoder else None  # for the action and the value
+                    dist, h_actor[i] = (
+                        (actor.dist_of(f, mask), None) if f is not None else actor.step(x, h_actor[i], mask)
+                    )
                     a = dist.sample()
                     b = buf[i]
                     b["actor_in"][t], b["critic_in"][t], b["actions"][t] = x, xc, a
                     b["logp"][t] = dist.log_prob(a)
-                    b["values"][t], h_critic[i] = value(i, xc, h_critic[i])
+                    b["values"][t], h_critic[i] = value(i, xc, h_critic[i], f)
                     if g.discrete:
                         b["masks"][t] = True if mask is None else mask
                     actions.update(env_actions(g, a))
