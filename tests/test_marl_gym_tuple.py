@@ -130,7 +130,8 @@ def test_every_lbf_id_gets_the_team_reward_and_memory_by_default() -> None:
     assert cfg.team_reward is False and cfg.recurrent is False  # type: ignore[attr-defined]  # the user's say
     _, cfg, _ = resolve("mappo", "rware:rware-tiny-2ag-v2", {})
     assert cfg.recurrent is False  # type: ignore[attr-defined]  # another family: PPO's defaults
-    with pytest.raises(ConfigError, match="recurrent and entity_actor"):  # the preset named in the refusal
+    # the preset's GRU gives way to the user's entity actor, which LBF cannot feed: refused before training
+    with pytest.raises(ConfigError, match="entity_actor needs an env that declares entity_slots"):
         resolve("mappo", "lbf:Foraging-5x5-2p-1f-v3", {"entity_actor": True})
 
 

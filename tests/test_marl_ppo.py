@@ -285,6 +285,57 @@ def test_shared_encoder_critic_reads_the_actors_features_and_its_loss_trains_the
         ppo.train(cfg, _run(partial, 8))
 
 
+def test_the_simple_spread_preset_gives_way_where_the_users_settings_rule_a_key_out(capsys):
+    """The preset reads the landmarks with the entity actor and trains the critic on its encoder; a user who
+    turns the entity actor off (or asks for an entity critic, or a GRU) gets that, the preset's keys that
+    need the entity actor left out with a note; a conflict in the user's own settings is still refused."""
+    from teamrl.config import ConfigError
+    from teamrl.marl.train import resolve
+
+    _, cfg, _ = resolve("mappo", "simple_spread", {})
+    assert (cfg.entity_actor, cfg.shared_encoder, cfg.num_envs) == (True, True, 32)  # type: ignore[attr-defined]
+    assert "note" not in capsys.readouterr().err
+    for sets, left_out in (
+        ({"entity_actor": False}, ["shared_encoder"]),
+        ({"entity_critic": True}, ["shared_encoder"]),
+        ({"recurrent": True}, ["shared_encoder", "entity_actor"]),
+    ):
+        _, cfg, _ = resolve("ippo", "simple_spread", sets)
+        assert cfg.shared_encoder is False and all(  # type: ignore[attr-defined]
+            getattr(cfg, k) == v for k, v in sets.items()
+        )
+        err = capsys.readouterr().err
+        assert "simple_spread's preset" in err and all(f"{k}=True" in err for k in left_out)
+        assert cfg.ent_coef == 0.03 and cfg.num_envs == 32  # type: ignore[attr-defined]  # the rest kept
+    with pytest.raises(ConfigError, match="shared_encoder shares"):  # both keys the user's own
+        resolve("mappo", "simple_spread", {"entity_actor": False, "shared_encoder": True})
+
+
+def test_preset_config_leaves_out_the_fewest_preset_keys_and_never_the_users():
+    from pydantic import BaseModel, ValidationError, model_validator
+
+    from teamrl.marl.registry import preset_config
+
+    class Cfg(BaseModel):
+        a: bool = False
+        b: bool = False
+        c: int = 0
+
+        @model_validator(mode="after")
+        def _b_needs_a(self) -> Cfg:
+            if self.b and not self.a:
+                raise ValueError("b needs a")
+            return self
+
+    assert preset_config(Cfg, {}, {"a": True, "b": True, "c": 3}, {})[1] == []
+    cfg, left = preset_config(Cfg, {}, {"a": True, "b": True, "c": 3}, {"a": False})
+    assert left == ["b"] and (cfg.a, cfg.b, cfg.c) == (False, False, 3)  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError, match="b needs a"):  # the user's own b: nothing to leave out
+        preset_config(Cfg, {}, {"a": True, "c": 3}, {"a": False, "b": True})
+    cfg, _ = preset_config(Cfg, {"c": 1}, {}, {"c": 5})
+    assert cfg.c == 5  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("critic", ["mlp", "entity_critic", "shared_encoder"])
 def test_entity_actor_trains_and_reloads(tmp_path, critic):
     from teamrl.marl.train import evaluate_run, resume_run, train

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from teamrl.atomic import atomic_write_text
 from teamrl.config import ConfigError, _parse_override
-from teamrl.marl.registry import ALGORITHMS, algorithm, env_preset
+from teamrl.marl.registry import ALGORITHMS, algorithm, env_preset, preset_config
 
 DEFAULT_OUT = "runs/marl"
 EVAL_SEED = 12345
@@ -76,22 +76,6 @@ def _one_line(err: ValidationError, algo: str, model: type[BaseModel], prefix: s
     return f"{prefix}: " + "; ".join(parts)
 
 
-def _nest(overrides: dict[str, Any]) -> dict[str, Any]:
-    """``{"model.horizon": 3}`` -> ``{"model": {"horizon": 3}}`` (merged with a ``model`` given whole)."""
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        node = out
-        for part in parents:
-            child = node.get(part)
-            node[part] = child = dict(child) if isinstance(child, dict) else {}
-            node = child
-        if isinstance(value, dict) and isinstance(node.get(leaf), dict):
-            value = {**node[leaf], **value}
-        node[leaf] = value
-    return out
-
-
 def resolve(
     algo: str, env: str, overrides: dict[str, Any] | None = None
 ) -> tuple[ModuleType, BaseModel, dict[str, Any]]:
@@ -106,11 +90,14 @@ def resolve(
     for key in overrides:
         if key in preset and overrides[key] != preset[key]:
             raise ConfigError(f"{key} is fixed to {preset[key]!r} by the algorithm {algo!r}")
-    data = {**preset, **env_preset(module, env), **_nest(overrides)}
+    defaults = env_preset(module, env)
     try:
-        cfg = module.Config(**data)
+        cfg, dropped = preset_config(module.Config, preset, defaults, overrides)
     except ValidationError as err:
         raise ConfigError(_one_line(err, algo, module.Config)) from None
+    if dropped:  # the env preset's keys that the user's settings rule out (registry.preset_config)
+        left = ", ".join(f"{key}={defaults[key]!r}" for key in dropped)
+        print(f"note: {env}'s preset {left} does not go with your --set: left out", file=sys.stderr)
     # fail now, not after the run directory exists, on an unknown env or env kwarg or unusable spaces
     from teamrl.marl.envs.user import check_user_env, is_import_path
 
