@@ -3,7 +3,8 @@ students, then fine-tuned by RL.
 
 For every seed:
 
-1. the **teacher**: the simple_spread MAPPO preset (entity actor, shared, 4M env steps) with
+1. the **teacher**: the simple_spread MAPPO preset until 2026-12-07 (entity actor, shared, 128 copies, 4M env
+   steps) with
    ``centralised_actor: true`` (its actor also reads the global state, every agent's observation) and a larger
    network (``--teacher-hidden``, default [128, 128]), trained by ``teamrl marl train``;
 2. the **distilled student**: ``teamrl marl distill`` into one MLP (``--student``, default [32, 32]) on each
@@ -41,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "benchmarks" / "results"
 
+from benchmarks.marl_benchmark import SPREAD_UNTIL_2026_12_07  # noqa: E402
 from teamrl.atomic import atomic_write_text  # noqa: E402
 
 
@@ -58,6 +60,7 @@ def one_seed(seed: int, args: dict[str, Any]) -> dict[str, Any]:
     if not (teacher_dir / "eval.json").is_file():
         shutil.rmtree(teacher_dir, ignore_errors=True)
         overrides = {
+            **SPREAD_UNTIL_2026_12_07,  # the settings its figures were measured with
             "seed": seed,
             "total_env_steps": args["teacher_steps"],
             "centralised_actor": True,

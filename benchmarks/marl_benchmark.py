@@ -90,6 +90,11 @@ def train_teamrl(algo: str, env: str, env_steps: int, seed: int, extra: dict[str
     return out
 
 
+# The simple_spread preset until 2026-12-07 (128 copies, the critic on the raw observation): the settings the
+# speed, model-based and distillation figures were measured with, pinned so that those figures stay
+# reproducible now that the preset trains 32 copies with a critic on the actor's encoder.
+SPREAD_UNTIL_2026_12_07 = {"num_envs": 128, "shared_encoder": False}
+
 EPISODES = 50  # the episode set every teamrl-side policy is evaluated on: batched simple_spread, EVAL_SEED
 
 
@@ -133,8 +138,12 @@ def eval_baselines() -> dict[str, dict[str, Any]]:
 def cmd_speed(args: argparse.Namespace) -> None:
     rows = {
         "sb3_ippo_supersuit_mpe2": train_sb3_ippo(args.env_steps, seed=0, threads=1),
-        "teamrl_mappo_mpe2": train_teamrl("mappo", "mpe2:simple_spread_v3", args.env_steps, 0),
-        "teamrl_mappo_batched": train_teamrl("mappo", "simple_spread", args.env_steps, 0),
+        "teamrl_mappo_mpe2": train_teamrl(
+            "mappo", "mpe2:simple_spread_v3", args.env_steps, 0, SPREAD_UNTIL_2026_12_07
+        ),
+        "teamrl_mappo_batched": train_teamrl(
+            "mappo", "simple_spread", args.env_steps, 0, SPREAD_UNTIL_2026_12_07
+        ),
     }
     base = rows["sb3_ippo_supersuit_mpe2"]
     print(f"{'':28}{'env steps':>10}{'wall s':>9}{'agent-steps/s':>15}{'per CPU-s':>11}{'x SB3':>7}")

@@ -1,7 +1,8 @@
 """Model-based MAPPO against model-free MAPPO on simple_spread at half the real steps (issue 21).
 
-For every seed, in one batch: model-free MAPPO (the simple_spread preset) for ``--steps`` real env steps, and
-model-based MAPPO (the same preset plus ``model:``, teamrl/marl/imagination.py) for ``--steps / 2``. Every run
+For every seed, in one batch: model-free MAPPO (the simple_spread preset until 2026-12-07: 128 copies, the
+critic on the raw observation) for ``--steps`` real env steps, and model-based MAPPO (the same plus
+``model:``, teamrl/marl/imagination.py) for ``--steps / 2``. Every run
 is evaluated every ``--eval-every`` real steps on the MARL benchmark's episode set (the batched simple_spread,
 50 copies reset with seed 12345, one episode each, deterministic policy; benchmarks/marl_benchmark.py), so
 the two arms' curves are on the same episodes. Reported: each arm's final return (mean +- std over seeds),
@@ -31,7 +32,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "benchmarks" / "results"
 
-from benchmarks.marl_benchmark import EPISODE_SET, evaluate_on_episode_set  # noqa: E402
+from benchmarks.marl_benchmark import (  # noqa: E402
+    EPISODE_SET,
+    SPREAD_UNTIL_2026_12_07,
+    evaluate_on_episode_set,
+)
 from teamrl.marl.train import make_env_factory, parse_sets, resolve  # noqa: E402
 
 
@@ -41,7 +46,12 @@ def train(arm: str, steps: int, seed: int, sets: dict[str, Any], eval_every: int
 
     from teamrl.marl.run import RunContext
 
-    overrides = {"total_env_steps": steps, "seed": seed, **(sets if arm == "model_based" else {})}
+    overrides = {
+        **SPREAD_UNTIL_2026_12_07,  # the settings its figures were measured with
+        "total_env_steps": steps,
+        "seed": seed,
+        **(sets if arm == "model_based" else {}),
+    }
     if arm == "model_based" and not any(k == "model" or k.startswith("model.") for k in overrides):
         overrides["model"] = {}
     module, cfg, env_kwargs = resolve("mappo", "simple_spread", overrides)
