@@ -64,9 +64,14 @@ def test_students_learn_the_teacher_s_policy(tmp_path) -> None:  # noqa: ANN001
 
 
 def test_return_kept() -> None:
+    from teamrl.marl.distill import _kept
+
     assert return_kept(-30.0, -25.0, -75.0) == pytest.approx(45 / 50)
-    with pytest.raises(ValueError, match="no better than random"):
-        return_kept(-30.0, -75.0, -75.0)
+    for teacher in (-75.0, -90.0):  # level with random, or worse: no gain to share
+        with pytest.raises(ValueError, match="no better than random"):
+            return_kept(-30.0, teacher, -75.0)
+        assert _kept(-30.0, teacher, -75.0) is None
+    assert _kept(-30.0, -25.0, -75.0) == pytest.approx(0.9)
 
 
 def test_continuous_teachers_are_refused(tmp_path) -> None:  # noqa: ANN001
@@ -193,4 +198,29 @@ def test_distill_then_finetune_starts_from_the_student(tmp_path) -> None:  # noq
         assert torch.allclose(tuned["actors"][0][key], value, atol=1e-6), key
     rows = [json.loads(line) for line in (tmp_path / "s" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["init/critics_loaded"] == 1.0  # the teacher's critics fit the student's run
-    assert json.loads((tmp_path / "s" / "distill.json").read_text())["finetune"]["return_kept"] is not None
+    kept = json.loads((tmp_path / "s" / "distill.json").read_text())["finetune"]["return_kept"]
+    assert kept is None or isinstance(kept, float)  # None: a teacher of 400 steps no better than random
+
+
+def test_a_teacher_whose_critic_reads_its_actor_encoder_distils_and_finetunes(tmp_path, capsys) -> None:  # noqa: ANN001
+    """simple_spread's preset trains the critic on the entity actor's encoder (shared_encoder): the MLP
+    student has no such encoder, so its config drops the option (it loads and acts) and fine-tuning starts
+    its critics fresh instead of loading ones that read features it does not compute."""
+    import json
+
+    from teamrl.cli import main
+
+    teacher = _train_teacher(tmp_path)
+    assert teacher["config"]["shared_encoder"] is True and teacher["config"]["entity_actor"] is True
+    args = ["marl", "distill", str(tmp_path / "t"), "--out", str(tmp_path / "s"), "--episodes", "4"]
+    for setting in ("rounds=1", "hidden=[8]", "num_envs=8", "steps_per_round=5", "finetune_env_steps=200"):
+        args += ["--set", setting]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "of the teacher's gain over random" in out and "fine-tuned by PPO" in out
+    student = torch.load(tmp_path / "s" / "distilled.pt", weights_only=False)
+    assert student["config"]["shared_encoder"] is False and student["config"]["entity_actor"] is False
+    step = make_vec_env("simple_spread", 4, 3).reset(seed=3)
+    assert set(ppo.make_actor(student)(step)) == set(teacher["agents"])
+    rows = [json.loads(line) for line in (tmp_path / "s" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["init/critics_loaded"] == 0.0

@@ -82,8 +82,9 @@ def test_a_resume_restores_the_checkpoint_exactly(tmp_path) -> None:  # noqa: AN
     env = make_vec_env("simple_spread", 8, 0)  # modules built as the trainer builds them, then restored
     groups = ppo.make_groups(env, cfg.parameter_sharing, cfg.agent_id, cfg.entity_actor)
     actors = torch.nn.ModuleList([ppo.Actor(g, cfg.hidden, cfg.activation) for g in groups])
+    assert cfg.shared_encoder  # simple_spread's preset: the critic reads the entity actor's features
     critics = torch.nn.ModuleList(
-        [ppo.Critic(g.in_dim + env.state_dim, cfg.hidden, cfg.activation) for g in groups]
+        [ppo.Critic(a.net.feature_dim + env.state_dim, cfg.hidden, cfg.activation) for a in actors]
     )
     optimizer = torch.optim.Adam([*actors.parameters(), *critics.parameters()], lr=cfg.lr, eps=1e-5)
     iteration, steps = ppo.restore(checkpoint, actors, critics, optimizer, list(env.agents))

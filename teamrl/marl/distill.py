@@ -83,9 +83,14 @@ def flops_per_action(checkpoint: dict[str, Any]) -> float:
 
 def return_kept(student: float, teacher: float, random: float) -> float:
     """``(student - random) / (teacher - random)``: the share of the teacher's gain over random kept."""
-    if teacher == random:
+    if teacher <= random:  # returns are rewards: higher is better
         raise ValueError("the teacher is no better than random: nothing to keep")
     return (student - random) / (teacher - random)
+
+
+def _kept(student: float, teacher: float, random: float) -> float | None:
+    """:func:`return_kept`, or None where the teacher is no better than random (trained too little)."""
+    return return_kept(student, teacher, random) if teacher > random else None
 
 
 def distill(
@@ -140,7 +145,7 @@ def distill(
             progress(row)
     env.close()
     student_cfg = {**teacher["config"], "hidden": list(cfg.hidden), "activation": cfg.activation}
-    student_cfg.update(entity_actor=False, recurrent=False, centralised_actor=False)
+    student_cfg.update(entity_actor=False, recurrent=False, centralised_actor=False, shared_encoder=False)
     # the teacher's critic width, so that fine-tuning can start from the teacher's critics
     student_cfg["critic_hidden"] = teacher["config"].get("critic_hidden") or teacher["config"]["hidden"]
     return {
@@ -199,7 +204,8 @@ def distill_run(
     """``teamrl marl distill``: distil the teacher run's checkpoint into a student run directory (its
     config.yaml, checkpoint.pt, distill.json, eval.json); with ``finetune_env_steps`` the students are then
     fine-tuned by PPO in that directory (a ``teamrl marl train`` run: its critics start from the
-    teacher's, the distilled checkpoint kept as distilled.pt). Returns teacher, students and random play on
+    teacher's, fresh where those read the teacher's actor encoder, ``shared_encoder``; the distilled
+    checkpoint kept as distilled.pt). Returns teacher, students and random play on
     the same evaluation episodes, their FLOPs per action and the return kept."""
     import yaml
     from pydantic import ValidationError
@@ -243,7 +249,9 @@ def distill_run(
     finetune: dict[str, Any] = {}
     if cfg.finetune_env_steps:
         save_torch(student, out / "distilled.pt")
-        init = {"actors": student["actors"], "critics": teacher.get("critics")}
+        # a critic on the teacher's actor encoder (shared_encoder) reads features the student has not: fresh
+        shared = teacher["config"].get("shared_encoder")
+        init = {"actors": student["actors"], "critics": None if shared else teacher.get("critics")}
         start = time.perf_counter()
         result = _run(
             module,
@@ -279,14 +287,14 @@ def distill_run(
     flops = {"teacher": flops_per_action(teacher), "student": flops_per_action(student)}
     summary = {
         "returns": scores,
-        "return_kept": return_kept(scores["student"], scores["teacher"], scores["random"]),
+        "return_kept": _kept(scores["student"], scores["teacher"], scores["random"]),
         "flops_per_action": flops,
         "flops_ratio": flops["teacher"] / flops["student"],
         "episodes": episodes,
         "history": student["distilled"]["history"],
     }
     if finetune:
-        kept = return_kept(scores["finetuned"], scores["teacher"], scores["random"])
+        kept = _kept(scores["finetuned"], scores["teacher"], scores["random"])
         summary["finetune"] = {**finetune, "return_kept": kept}
     atomic_write_text(out / "distill.json", json.dumps(summary, indent=1))
     if not finetune:

@@ -494,15 +494,21 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     summary = distill_run(args.run_dir, args.out, parse_sets(args.set), args.episodes)
     r, f = summary["returns"], summary["flops_per_action"]
+
+    def kept(share: float | None, who: str) -> str:
+        if share is None:  # return_kept is undefined: a teacher trained too little
+            return "the teacher is no better than random: no share of the teacher's gain over random to keep"
+        return f"{who} keeps {share:.0%} of the teacher's gain over random"
+
     print(
         f"teacher {r['teacher']:.2f} ({f['teacher']:,.0f} FLOPs per action), student {r['student']:.2f} "
-        f"({f['student']:,.0f}), random {r['random']:.2f}: the student keeps {summary['return_kept']:.0%} of "
-        f"the teacher's gain over random at {summary['flops_ratio']:.1f}x fewer FLOPs; written to {args.out}"
+        f"({f['student']:,.0f}), random {r['random']:.2f}: {kept(summary['return_kept'], 'the student')}; "
+        f"{summary['flops_ratio']:.1f}x fewer FLOPs per action; written to {args.out}"
     )
     if "finetune" in summary:
         print(
-            f"fine-tuned by PPO for {summary['finetune']['env_steps']:,} env steps: {r['finetuned']:.2f}, "
-            f"{summary['finetune']['return_kept']:.0%} of the teacher's gain kept"
+            f"fine-tuned by PPO for {summary['finetune']['env_steps']:,} env steps: {r['finetuned']:.2f}; "
+            f"{kept(summary['finetune']['return_kept'], 'it')}"
         )
     return 0
 
