@@ -1,7 +1,7 @@
 """Classic MARL on simple_spread: teamrl's MAPPO against the repaired SB3 + SuperSuit IPPO, in one run.
 
 Environment: simple_spread, N=3 agents, 25 steps per episode, local_ratio 0.5, discrete actions. Return:
-the undiscounted episode return summed over the 3 agents, mean over 50 evaluation episodes (deterministic
+the undiscounted episode return summed over the 3 agents, mean over 1,000 evaluation episodes (deterministic
 policies). One *env step* is one joint step of one copy; agent-steps = 3 x env steps.
 
 ``speed``: training throughput (agent-steps per second, env steps and updates included, evaluation and
@@ -10,21 +10,22 @@ generic PettingZoo adaptor, and of teamrl MAPPO on the batched simple_spread (st
 see tests/test_marl_envs.py), all with one torch thread, one after the other in this process. Also reports
 throughput per CPU-second of the process, which is steadier when other jobs share the machine.
 
-``learning``: MAPPO over seeds at its budget (``--env-steps``, 4M) and at the budget of the SB3 comparison
-(``--sb3-steps``, 720k), SB3 IPPO at that budget (read from the runs of ``marl_sb3_baseline.py train``,
-about 20 min per seed, or trained here with ``--retrain-sb3``), IPPO / QMIX / MADDPG on simple_spread,
-a random policy and the assignment heuristic. ``--jobs`` runs that many trainings at once (each
+``learning``: MAPPO over seeds at its budget (``--env-steps``, 2.5M, the preset's) and at the budget of the
+SB3 comparison (``--sb3-steps``, 720k), SB3 IPPO at that budget (read from the runs of ``marl_sb3_baseline.py
+train``, about 20 min per seed, or trained here with ``--retrain-sb3``), IPPO / QMIX / MADDPG on
+simple_spread, a random policy and the assignment heuristic. ``--jobs`` runs that many trainings at once (each
 uses one torch thread, in its own process).
 
     .venv/bin/python benchmarks/marl_benchmark.py speed [--env-steps 50000]
-    .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 4000000]
+    .venv/bin/python benchmarks/marl_benchmark.py learning [--seeds 0 1 2] [--env-steps 2500000]
         [--sb3-steps 720000] [--sb3-seeds 0 1 2] [--retrain-sb3] [--jobs 2] [--only mappo ...]
     .venv/bin/python benchmarks/marl_benchmark.py baselines
 
 Every teamrl-side policy (random, the heuristic, each trained run) is evaluated on one episode set (the
-batched simple_spread, 50 copies reset with seed 12345, one episode each); tables give the mean +- std over
+batched simple_spread, 1,000 copies reset with seed 12345, one episode each); tables give the mean +- std over
 seeds and, from every seed's episode returns, the interquartile mean and the mean with 95% bootstrap
-intervals (teamrl.marl.stats: seeds, then episodes, resampled; the rliable protocol).
+intervals (teamrl.marl.stats: seeds, then episodes, resampled; the rliable protocol), and each trained
+policy's paired difference from the heuristic on the same episodes (mean, 95% bootstrap interval).
 
 Results go to benchmarks/results/marl_speed.json and marl_learning.json (+ .png).
 """
@@ -95,7 +96,12 @@ def train_teamrl(algo: str, env: str, env_steps: int, seed: int, extra: dict[str
 # reproducible now that the preset trains 32 copies with a critic on the actor's encoder.
 SPREAD_UNTIL_2026_12_07 = {"num_envs": 128, "shared_encoder": False}
 
-EPISODES = 50  # the episode set every teamrl-side policy is evaluated on: batched simple_spread, EVAL_SEED
+# The episode set every teamrl-side policy is evaluated on: batched simple_spread, EVAL_SEED. 1,000 episodes
+# (50 until 2026-12-07): returns vary by +-11 from episode to episode, and a paired difference between two
+# policies over 50 episodes has a standard error of about 0.9, as large as the gaps the table compares (on
+# 50 episodes from seed 10000 a MAPPO run was 1.5 above the heuristic, on seed 12345's 50 it was 0.2 below;
+# over 5,000 episodes it equals the heuristic within 0.1). Over 1,000 the error is about 0.2.
+EPISODES = 1000
 
 
 def evaluate_on_episode_set(actor_for: Any) -> dict[str, Any]:
@@ -221,7 +227,7 @@ def cmd_learning(args: argparse.Namespace) -> None:
 EPISODE_SET = (
     f"batched simple_spread (equal to mpe2 step for step), {EPISODES} copies reset with seed {EVAL_SEED}, "
     "one episode each: random, the heuristic and every teamrl policy play the same episodes; SB3 IPPO is "
-    "evaluated by marl_sb3_baseline.py on mpe2 seeds 10000-10049 (another set of 50)"
+    "evaluated by marl_sb3_baseline.py on mpe2 seeds 10000-10049 (another set, of 50)"
 )
 TRAINED = ("mappo", "mappo_at_sb3_budget", "sb3_ippo", "ippo", "qmix", "maddpg")
 
@@ -229,7 +235,9 @@ TRAINED = ("mappo", "mappo_at_sb3_budget", "sb3_ippo", "ippo", "qmix", "maddpg")
 def summarize_runs(res: dict[str, Any]) -> None:
     """``<name>_summary`` per trained algorithm: mean +- std over seeds, and, where every seed kept its
     episodes' returns, the IQM and mean of all seeds' episodes with 95% bootstrap intervals (runs, then
-    episodes, resampled: teamrl.marl.stats)."""
+    episodes, resampled: teamrl.marl.stats), and, where those are the heuristic's episodes (as many, the
+    same set), ``vs_heuristic``: the mean paired difference, episode by episode, with its interval."""
+    heuristic = (res.get("heuristic") or {}).get("returns")
     for name in TRAINED:
         if not res.get(name):
             continue
@@ -243,6 +251,11 @@ def summarize_runs(res: dict[str, Any]) -> None:
         if all(r.get("returns") for r in res[name]):
             full = summarize([r["returns"] for r in res[name]])
             summary.update({k: full[k] for k in ("iqm", "iqm_ci", "mean_ci", "episodes")})
+            if heuristic and all(len(r["returns"]) == len(heuristic) for r in res[name]):
+                paired = summarize(
+                    [[a - b for a, b in zip(r["returns"], heuristic, strict=True)] for r in res[name]]
+                )
+                summary["vs_heuristic"] = {"mean": paired["mean"], "mean_ci": paired["mean_ci"]}
         res[f"{name}_summary"] = summary
 
 
@@ -250,9 +263,12 @@ def print_table(res: dict[str, Any]) -> None:
     def ci(low_high: list[float] | None) -> str:
         return "-" if not low_high else f"[{low_high[0]:.1f}, {low_high[1]:.1f}]"
 
+    def paired(d: dict[str, Any] | None) -> str:
+        return "-" if not d else f"{d['mean']:+.2f} [{d['mean_ci'][0]:+.2f}, {d['mean_ci'][1]:+.2f}]"
+
     print(
         f"\n{'':20}{'env steps':>10}{'mean +- std over seeds':>26}{'IQM':>8}"
-        f"{'IQM 95% CI':>16}{'mean 95% CI':>16}"
+        f"{'IQM 95% CI':>16}{'mean 95% CI':>16}{'- heuristic, paired':>26}"
     )
     for name in ("random", "heuristic"):
         r = res[name]
@@ -267,6 +283,7 @@ def print_table(res: dict[str, Any]) -> None:
         print(
             f"{name:20}{r['env_steps']:>10}{r['mean']:>17.1f} +- {r['std']:<4.1f}{'':2}"
             f"{r.get('iqm', float('nan')):>8.1f}{ci(r.get('iqm_ci')):>16}{ci(r.get('mean_ci')):>16}"
+            f"{paired(r.get('vs_heuristic')):>26}"
         )
 
 
@@ -314,7 +331,10 @@ def _plot(res: dict[str, Any], path: Path) -> None:
     for i, m in enumerate(means):
         ax.text(i, m / 2, f"{m:.1f}", ha="center", color="white", fontsize=9)
     ax.set_ylabel("return, summed over 3 agents")
-    ax.set_title("simple_spread N=3, 25 steps, local_ratio 0.5; 50 eval episodes; mean +- std over seeds")
+    ax.set_title(
+        f"simple_spread N=3, 25 steps, local_ratio 0.5; {res.get('heuristic', {}).get('episodes', EPISODES)} "
+        "eval episodes; mean +- std over seeds"
+    )
     ax.axhline(-25, ls="--", color="k", lw=0.8)
     ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
@@ -341,7 +361,7 @@ def main() -> None:
     p.add_argument("--sb3-seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--sb3-steps", type=int, default=720_000, help="budget of the MAPPO vs SB3 comparison")
     p.add_argument("--retrain-sb3", action="store_true", help="train SB3 here instead of reading its runs")
-    p.add_argument("--env-steps", type=int, default=4_000_000)
+    p.add_argument("--env-steps", type=int, default=2_500_000, help="MAPPO and IPPO (the preset's budget)")
     p.add_argument("--jobs", type=int, default=1, help="trainings at once, one process each")
     p.add_argument("--qmix-steps", type=int, default=300_000)
     p.add_argument("--maddpg-steps", type=int, default=400_000)
