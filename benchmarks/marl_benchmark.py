@@ -98,7 +98,7 @@ SPREAD_UNTIL_2026_12_07 = {"num_envs": 128, "shared_encoder": False}
 
 # The episode set every teamrl-side policy is evaluated on: batched simple_spread, EVAL_SEED. 1,000 episodes
 # (50 until 2026-12-07): returns vary by +-11 from episode to episode, and a paired difference between two
-# policies over 50 episodes has a standard error of about 0.9, as large as the gaps the table compares (on
+# policies over 50 episodes has a standard error of about 0.8, as large as the gaps the table compares (on
 # 50 episodes from seed 10000 a MAPPO run was 1.5 above the heuristic, on seed 12345's 50 it was 0.2 below;
 # over 5,000 episodes it equals the heuristic within 0.1). Over 1,000 the error is about 0.2.
 EPISODES = 1000
