@@ -4,8 +4,9 @@ For every seed, in one batch: model-free MAPPO (the simple_spread preset until 2
 critic on the raw observation) for ``--steps`` real env steps, and model-based MAPPO (the same plus
 ``model:``, teamrl/marl/imagination.py) for ``--steps / 2``. Every run
 is evaluated every ``--eval-every`` real steps on the MARL benchmark's episode set (the batched simple_spread,
-50 copies reset with seed 12345, one episode each, deterministic policy; benchmarks/marl_benchmark.py), so
-the two arms' curves are on the same episodes. Reported: each arm's final return (mean +- std over seeds),
+``marl_benchmark.EPISODES`` copies reset with seed 12345, one episode each, deterministic policy: 1,000 since
+2026-12-07, 50 when the recorded figures were measured), so the two arms' curves are on the same episodes.
+Reported: each arm's final return (mean +- std over seeds),
 the model-free return at the model-based run's budget, and the first real step at which the model-based
 mean curve reaches the model-free final return (the issue's bar: at most half the steps), plus the model's
 held-out error, the teammate model's accuracy and refreshes, and training time (CPU seconds).
