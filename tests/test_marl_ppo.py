@@ -293,7 +293,8 @@ def test_the_simple_spread_preset_gives_way_where_the_users_settings_rule_a_key_
     from teamrl.marl.train import resolve
 
     _, cfg, _ = resolve("mappo", "simple_spread", {})
-    assert (cfg.entity_actor, cfg.shared_encoder, cfg.num_envs) == (True, True, 32)  # type: ignore[attr-defined]
+    got = (cfg.entity_actor, cfg.shared_encoder, cfg.num_envs, cfg.epochs, cfg.lr)  # type: ignore[attr-defined]
+    assert got == (True, True, 32, 3, 0.002) and cfg.total_env_steps == 3_000_000  # type: ignore[attr-defined]
     assert "note" not in capsys.readouterr().err
     for sets, left_out in (
         ({"entity_actor": False}, ["shared_encoder"]),

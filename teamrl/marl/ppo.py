@@ -175,13 +175,11 @@ class Config(BaseModel):
         return self
 
 
-# Per-env defaults, applied over Config's and under the user's overrides (teamrl.marl.train). simple_spread:
-# one network shared by all agents (no agent id) reads the interchangeable landmarks as a set, so an agent
-# picks its landmark by geometry (separate MLPs per agent settle on "agent i takes landmark i", -32.6); lambda
-# 1 and more exploration help them spread; 32 copies and a critic on the actor's encoder learn more per CPU-
-# second: -23.1 over 5 seeds at 2.5M steps, against -24.6 for 128 copies at 4M without it, for the same CPU.
+# Per-env defaults, over Config's, under the user's overrides (teamrl.marl.train). simple_spread: one shared
+# network (no agent id) reads the landmarks as a set; lambda 1, more exploration, 32 copies, a critic on the
+# actor's encoder, 3 epochs at twice the step: level with the heuristic in ~5 CPU-min (docs/results/marl.md).
 _SPREAD = {
-    "total_env_steps": 2_500_000,
+    "total_env_steps": 3_000_000,
     "num_envs": 32,
     "parameter_sharing": "shared",
     "agent_id": False,
@@ -190,6 +188,8 @@ _SPREAD = {
     "gae_lambda": 1.0,
     "ent_coef": 0.03,
     "shared_encoder": True,
+    "epochs": 3,
+    "lr": 0.002,
 }
 # Level-Based Foraging (every lbf: id): scored by the team's total, and two agents must load a food together.
 # Every agent learns from the team's reward (EPyMARL's common reward) and remembers (a GRU, as EPyMARL's
