@@ -421,14 +421,16 @@ def result_table(result: dict[str, Any], run_dir: Path) -> None:
 
     train = result.get("train", {})
     table = Table(title=f"{result['algorithm']} on {result['env']}: final evaluation")
-    table.add_column(f"return (mean +- std, {int(result['episodes'])} episodes)", justify="right")
+    n, mean = int(result["episodes"]), result["return/mean"]  # the mean's 95% interval: what n episodes tell
+    half = 1.96 * result["return/std"] / max(n, 1) ** 0.5
+    table.add_column(f"return (mean +- std [95% CI of the mean], {n} episodes)", justify="right")
     table.add_column("episode length", justify="right")
     table.add_column("env steps", justify="right")
     table.add_column("wall time", justify="right")
     table.add_column("agent-steps/s", justify="right")
     wall, speed = train.get("wall_s"), train.get("agent_steps_per_s")
     table.add_row(
-        f"{result['return/mean']:.2f} +- {result['return/std']:.2f}",
+        f"{mean:.2f} +- {result['return/std']:.2f} [{mean - half:.2f}, {mean + half:.2f}]",
         f"{result['episode_length']:.1f}",
         f"{result['env_steps']:,}",
         "-" if wall is None else f"{wall:.0f} s",
