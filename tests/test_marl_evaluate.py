@@ -85,13 +85,13 @@ def test_evaluate_refuses_zero_episodes() -> None:
 def test_the_final_table_gives_the_means_interval_so_a_short_evaluation_shows_its_imprecision(
     capsys, monkeypatch, tmp_path
 ):
-    """50 episodes with std 10 pin a mean to about +-2.8: the table says so beside the mean and std."""
+    """50 episodes with std 10 pin a mean to about +-2.8: the table's note says so under the mean and std."""
     from teamrl.marl.train import result_table
 
     monkeypatch.setenv("COLUMNS", "200")
     base = {"algorithm": "mappo", "env": "simple_spread", "episode_length": 25.0, "env_steps": 100}
     result_table({**base, "episodes": 50, "return/mean": -23.0, "return/std": 10.0}, tmp_path)
     out = capsys.readouterr().out
-    assert "-23.00 +- 10.00 [-25.77, -20.23]" in out and "95% CI of the mean" in out
+    assert "-23.00 +- 10.00" in out and "95% interval over these 50 episodes: [-25.77, -20.23]" in out
     result_table({**base, "episodes": 5000, "return/mean": -23.0, "return/std": 10.0}, tmp_path)
     assert "[-23.28, -22.72]" in capsys.readouterr().out

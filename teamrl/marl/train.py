@@ -423,14 +423,14 @@ def result_table(result: dict[str, Any], run_dir: Path) -> None:
     table = Table(title=f"{result['algorithm']} on {result['env']}: final evaluation")
     n, mean = int(result["episodes"]), result["return/mean"]  # the mean's 95% interval: what n episodes tell
     half = 1.96 * result["return/std"] / max(n, 1) ** 0.5
-    table.add_column(f"return (mean +- std [95% CI of the mean], {n} episodes)", justify="right")
+    table.add_column(f"return (mean +- std, {n} episodes)", justify="right")
     table.add_column("episode length", justify="right")
     table.add_column("env steps", justify="right")
     table.add_column("wall time", justify="right")
     table.add_column("agent-steps/s", justify="right")
     wall, speed = train.get("wall_s"), train.get("agent_steps_per_s")
     table.add_row(
-        f"{mean:.2f} +- {result['return/std']:.2f} [{mean - half:.2f}, {mean + half:.2f}]",
+        f"{mean:.2f} +- {result['return/std']:.2f}",
         f"{result['episode_length']:.1f}",
         f"{result['env_steps']:,}",
         "-" if wall is None else f"{wall:.0f} s",
@@ -438,6 +438,7 @@ def result_table(result: dict[str, Any], run_dir: Path) -> None:
     )
     console = Console()
     console.print(table)
+    console.print(f"the mean's 95% interval over these {n} episodes: [{mean - half:.2f}, {mean + half:.2f}]")
     console.print(
         "return: undiscounted episode return summed over all agents, "
         f"{result.get('policy', 'deterministic')} policy; "
