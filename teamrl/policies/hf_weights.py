@@ -235,11 +235,10 @@ class LoraAdapterMixin:
             self._reindex()
         else:
             have = cast(LoraConfig, self.model.peft_config[name])
-            # peft's stub allows str | None; an adapter made here always has its modules (a set)
-            if (have.r, have.lora_alpha, set(have.target_modules)) != (  # type: ignore[arg-type]
+            if (have.r, have.lora_alpha, _module_set(have.target_modules)) != (
                 config.r,
                 config.lora_alpha,
-                set(config.target_modules),
+                _module_set(config.target_modules),
             ):
                 raise ValueError(
                     f"adapter in {directory} (r={config.r}, alpha={config.lora_alpha}) does not match the "
@@ -327,3 +326,11 @@ class LoraAdapterMixin:
                 self.model.set_adapter(adapter)
                 self._apply_trainable()  # peft's set_adapter flips requires_grad to "active adapter only"
             yield
+
+
+def _module_set(modules: Any) -> set[str]:
+    """A LoRA config's ``target_modules`` as a set: peft allows a list, a set, one name (a regex) or None, and
+    its type hints changed between releases (0.21 / 0.22)."""
+    if modules is None:
+        return set()
+    return {modules} if isinstance(modules, str) else set(modules)
