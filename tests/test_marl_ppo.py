@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -293,8 +294,16 @@ def test_the_simple_spread_preset_gives_way_where_the_users_settings_rule_a_key_
     from teamrl.marl.train import resolve
 
     _, cfg, _ = resolve("mappo", "simple_spread", {})
-    got = (cfg.entity_actor, cfg.shared_encoder, cfg.num_envs, cfg.epochs, cfg.lr)  # type: ignore[attr-defined]
-    assert got == (True, True, 32, 3, 0.002) and cfg.total_env_steps == 3_000_000  # type: ignore[attr-defined]
+    c = cast(Any, cfg)
+    assert (c.entity_actor, c.shared_encoder, c.num_envs, c.epochs, c.lr, c.gamma) == (
+        True,
+        True,
+        32,
+        3,
+        0.002,
+        0.9,
+    )
+    assert c.total_env_steps == 2_500_000
     assert "note" not in capsys.readouterr().err
     for sets, left_out in (
         ({"entity_actor": False}, ["shared_encoder"]),
