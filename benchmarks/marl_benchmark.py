@@ -189,8 +189,8 @@ def _sb3_at(budget: int, seeds: list[int], retrain: bool) -> list[dict[str, Any]
     return rows
 
 
-# The host's speed drifts: on 2026-12-07 the same 300k-step training took 35.9 CPU-s at one hour and 41.5 at
-# the next. A fixed reference job, timed alone before and after the runs, says how fast the machine was then.
+# The host's speed drifts: on 2026-12-07 the same 300k-step training, alone, took 40.7 CPU-s at one hour and
+# 49.7 at the next. A fixed reference job, timed alone before and after the runs, says how fast it was then.
 CALIBRATION = ("mappo", "simple_spread", 200_000, 0)
 
 
@@ -232,8 +232,9 @@ def cmd_learning(args: argparse.Namespace) -> None:
     res.pop("calibration", None)  # a kept record's calibration timed other runs
     if before is not None:
         after = calibrate()
+        algo, env, steps, seed = CALIBRATION
         res["calibration"] = {
-            "job": f"the preset's MAPPO on simple_spread, {CALIBRATION[2]} env steps, seed 0, alone",
+            "job": f"the preset's {algo} on {env}, {steps} env steps, seed {seed}, alone",
             "cpu_s_before": before,
             "cpu_s_after": after,
         }

@@ -49,3 +49,20 @@ def test_summaries_pair_each_run_with_the_heuristic_episode_by_episode(capsys: p
     bench.print_table(res)
     out = capsys.readouterr().out
     assert "- heuristic, paired" in out and f"{paired['mean']:+.2f}" in out
+
+
+def test_the_reference_job_reports_the_training_cpu_of_a_fixed_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration times the same job every time (so two records compare the machine, not the job) and
+    reports its training CPU, not its wall time."""
+    asked = []
+
+    def fake_train(*job: object) -> dict:
+        asked.append(job)
+        return {"cpu_s": 12.5, "wall_s": 99.0}
+
+    monkeypatch.setattr(bench, "train_teamrl", fake_train)
+    assert bench.calibrate() == 12.5 and bench.calibrate() == 12.5
+    assert asked == [bench.CALIBRATION, bench.CALIBRATION] and bench.CALIBRATION[:2] == (
+        "mappo",
+        "simple_spread",
+    )
