@@ -1,19 +1,21 @@
 """Turn-level groups (AT-GRPO) against per-task groups, at equal RL tokens, from the same base, over seeds.
 
-For every seed: train the test-driven team (examples/test_driven.yaml: freeze-rotate over coder, tester,
-reviewer, coder) with turn-level groups (``workflow.turn_group.size=K``: K candidates of each trained
-turn from one history, ranked against each other, the best continuing), read how many tokens its RL
-rollouts generated (the candidates included), then train the same config with per-task groups
+For every seed: train the test-driven team (examples/test_driven.yaml, the main job: freeze-rotate over
+coder, planner, tester, coder) with turn-level groups (``workflow.turn_group.size=K``: K candidates of
+each trained turn from one history, ranked against each other, the best continuing), read how many tokens
+its RL rollouts generated (the candidates included), then train the same config with per-task groups
 (``workflow.turn_group.size=1``, GRPO over the G episodes of a task) from the same base and seed, with
 ``recipe.token_budget`` set to that number and every role's ``iterations_per_role`` multiplied by
 ``--scale``: by default, per role, the turn-level run's tokens over its tokens without the candidates
 (``rollout/turn_group/candidate_tokens``) in that role's phases, so that each phase gets about the same
-tokens in both arms. Prints held-out success (and pass fraction) after
-SFT and after RL per seed with mean and sample standard deviation, and writes
-``<results-dir>/turn_groups.json``.
+tokens in both arms. Every finished run is then evaluated greedily (benchmarks/greedy_eval.py on
+``--greedy-n`` held-out tasks, with ``--per-role``; 0 skips it). Prints held-out success (sampled, and
+greedy), and pass fraction, after SFT and after RL per seed with mean and sample standard deviation, and
+writes ``<results-dir>/turn_groups.json``.
 
     .venv/bin/python benchmarks/turn_groups.py [--seeds 0 1 2] [--size 4] [--continues best] [--scale X]
-        [--jobs 1] [--out-dir benchmarks/runs] [--results-dir benchmarks/results] [--set key=value ...]
+        [--greedy-n 200] [--jobs 1] [--out-dir benchmarks/runs] [--results-dir benchmarks/results]
+        [--set key=value ...]
 
 ``--set`` applies to both arms (their ``workflow.turn_group``, token budget and iterations are fixed).
 Runs go to a fresh ``<out-dir>/turn_groups-<timestamp>-<pid>/`` (``turn_s<seed>``, ``task_s<seed>``, each
@@ -49,6 +51,11 @@ COLUMNS = [
     (r, f, f"{short} {h}", ".0f")
     for r, short in RUNS
     for f, h in (("rl_tokens", "tok"), ("rl_iterations", "it"))
+]
+GREEDY_COLUMNS = [
+    (r, f"greedy_{f}", f"{short} {h}", ".3f")
+    for r, short in RUNS
+    for f, h in (("sft_solved", "SFT"), ("rl_solved", "RL"), ("gain_solved", "gain"))
 ]
 OUTCOME_COLUMNS = [
     (r, f, f"{short} {h}", ".3f")
@@ -111,9 +118,16 @@ def _task_argv(run_dir: Path, seed: int, sets: list[str], turn_dir: Path, scale:
 
 
 def plan_jobs(
-    seeds: list[int], sets: list[str], batch_dir: Path, size: int, continues: str, scale: float | None
+    seeds: list[int],
+    sets: list[str],
+    batch_dir: Path,
+    size: int,
+    continues: str,
+    scale: float | None,
+    greedy_n: int = 0,
 ) -> list[lg.Job]:
-    """The base build, every seed's turn-level run, then each seed's per-task run after it."""
+    """The base build, every seed's turn-level run, then each seed's per-task run after it; with
+    ``greedy_n``, a greedy evaluation of each run after it."""
     jobs = [lg.Job("build", partial(lg._build_argv, CONFIG, sets), batch_dir / "build.log")]
     for seed in seeds:
         turn = batch_dir / f"turn_s{seed}"
@@ -123,6 +137,14 @@ def plan_jobs(
         turn, task = batch_dir / f"turn_s{seed}", batch_dir / f"task_s{seed}"
         argv = partial(_task_argv, task, seed, sets, turn, scale)
         jobs.append(lg.Job(task.name, argv, task.with_suffix(".log"), (turn.name,), task))
+    if greedy_n > 0:
+        for seed in seeds:
+            for key, _ in RUNS:
+                run = batch_dir / f"{key}_s{seed}"
+                argv = partial(lg._greedy_argv, run, greedy_n, True)
+                jobs.append(
+                    lg.Job(f"greedy_{run.name}", argv, run.with_name(f"greedy_{run.name}.log"), (run.name,))
+                )
     return jobs
 
 
@@ -148,21 +170,28 @@ def collect(batch_dir: Path, seeds: list[int]) -> list[dict[str, Any]]:
             if not (run / "summary.json").exists():
                 break
             arms[key] = {**lg.run_result(run), "phase_tokens": phase_tokens(run)}
+            if (run / lg.GREEDY_FILE).exists():  # what each role's RL turns changed, greedily
+                (g,) = json.loads((run / lg.GREEDY_FILE).read_text())["runs"]
+                arms[key]["per_role"] = g.get("per_role", {})
         if len(arms) == len(RUNS):
             arms["task"]["budget_reached"] = arms["task"]["rl_tokens"] >= arms["turn"]["rl_tokens"]
             per_seed.append({"seed": seed, **arms})
     return per_seed
 
 
+def has_greedy(per_seed: list[dict[str, Any]]) -> bool:
+    return all("greedy_rl_solved" in s[r] for s in per_seed for r, _ in RUNS)
+
+
 def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    fields = dict.fromkeys((r, f) for r, f, _, _ in COLUMNS + OUTCOME_COLUMNS)
+    columns = COLUMNS + OUTCOME_COLUMNS + (GREEDY_COLUMNS if has_greedy(per_seed) else [])
+    fields = dict.fromkeys((r, f) for r, f, _, _ in columns)
     out = {f"{r}.{f}": lg.mean_std([float(s[r][f]) for s in per_seed]) for r, f in fields}
-    out["turn_minus_task.rl_solved"] = lg.mean_std(
-        [s["turn"]["rl_solved"] - s["task"]["rl_solved"] for s in per_seed]
+    diffs = ["rl_solved", "gain_solved"] + (
+        ["greedy_rl_solved", "greedy_gain_solved"] if has_greedy(per_seed) else []
     )
-    out["turn_minus_task.gain_solved"] = lg.mean_std(
-        [s["turn"]["gain_solved"] - s["task"]["gain_solved"] for s in per_seed]
-    )
+    for f in diffs:
+        out[f"turn_minus_task.{f}"] = lg.mean_std([s["turn"][f] - s["task"][f] for s in per_seed])
     return out
 
 
@@ -170,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = lg.seeds_parser(__doc__.split("\n\n")[0], "config override for both arms")
     parser.add_argument("--size", type=int, default=4, help="K, the turn-level group size (default 4)")
     parser.add_argument("--continues", choices=["best", "random"], default="best")
+    parser.add_argument(
+        "--greedy-n", type=int, default=200, help="held-out tasks of each run's greedy evaluation (0: none)"
+    )
     parser.add_argument(
         "--scale",
         type=float,
@@ -189,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_dir = args.collect.resolve()
     else:
         batch_dir = args.out_dir.resolve() / f"turn_groups-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        jobs = plan_jobs(args.seeds, args.set, batch_dir, args.size, args.continues, scale)
+        jobs = plan_jobs(args.seeds, args.set, batch_dir, args.size, args.continues, scale, args.greedy_n)
         print(f"{len(args.seeds)} seed(s), K = {args.size}, runs in {batch_dir}", flush=True)
         start, cpu0 = time.perf_counter(), lg.children_cpu_s()
         try:
@@ -214,10 +246,16 @@ def main(argv: list[str] | None = None) -> int:
             "held-out success (turn: turn-level groups; task: per-task groups)", COLUMNS, per_seed, agg
         )
     )
+    if has_greedy(per_seed):
+        print()
+        print(lg.format_table("held-out success, greedy", GREEDY_COLUMNS, per_seed, agg))
     print()
     print(lg.format_table("held-out pass fraction", OUTCOME_COLUMNS, per_seed, agg))
     d = agg["turn_minus_task.rl_solved"]
     print(f"\nturn - task, held-out success after RL: {lg._pm(d)}")
+    if has_greedy(per_seed):
+        greedy = lg._pm(agg["turn_minus_task.greedy_rl_solved"])
+        print(f"turn - task, greedy held-out success after RL: {greedy}")
     result = {
         "config": CONFIG,
         "seeds": args.seeds,

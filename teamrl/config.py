@@ -321,6 +321,11 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _critic_and_closed_loop(self) -> Config:
+        if self.algorithm.tree and not self.run.seeded_sampling:
+            raise ValueError(
+                "algorithm.tree needs run.seeded_sampling: true (the episodes that share a turn find it by "
+                "its seed)"
+            )
         if self.algorithm.name == "ppo_critic":
             name = self.algorithm.critic.policy
             if name not in self.policies:

@@ -283,3 +283,44 @@ def test_the_benchmark_gives_the_per_task_arm_the_turn_level_arms_tokens(tmp_pat
         "workflow.turn_group.size=4" in turn_argv
         and argv[argv.index("train") + 1] == "examples/test_driven.yaml"
     )
+
+
+def test_the_benchmark_evaluates_every_run_greedily_and_reports_both_arms(tmp_path) -> None:  # noqa: ANN001
+    from bench_scripts import load_script
+
+    script = load_script("turn_groups")
+    jobs = script.plan_jobs([0], [], tmp_path, 4, "best", None, greedy_n=50)
+    greedy = {j.name: j for j in jobs if j.name.startswith("greedy_")}
+    assert set(greedy) == {"greedy_turn_s0", "greedy_task_s0"}
+    assert greedy["greedy_task_s0"].deps == ("task_s0",)
+    argv = greedy["greedy_turn_s0"].argv()
+    assert "--per-role" in argv and argv[argv.index("--n") + 1] == "50" and str(tmp_path / "turn_s0") in argv
+    assert not [
+        j for j in script.plan_jobs([0], [], tmp_path, 4, "best", None) if j.name.startswith("greedy")
+    ]
+    for key, (sft, rl, g_rl) in {"turn": (0.5, 0.6, 0.7), "task": (0.5, 0.55, 0.6)}.items():
+        run = tmp_path / f"{key}_s0"
+        run.mkdir()
+        evals = [
+            {"label": "after_sft", "eval/solved": sft, "eval/outcome": sft},
+            {"label": "after_rl", "eval/solved": rl, "eval/outcome": rl},
+        ]
+        (run / "summary.json").write_text(json.dumps({"evals": evals}))
+        (run / "metrics.jsonl").write_text(
+            json.dumps({"phase": "round1/coder", "perf/rl_tokens_total": 100}) + "\n"
+        )
+        g = {
+            "sft_solved": 0.6,
+            "rl_solved": g_rl,
+            "gain": g_rl - 0.6,
+            "tasks": 50,
+            "only_rl": 3,
+            "only_sft": 1,
+        }
+        g["per_role"] = {"coder": {"changed": 4}}
+        (run / "greedy_eval.json").write_text(json.dumps({"runs": [g]}))
+    (row,) = script.collect(tmp_path, [0])
+    assert row["turn"]["greedy_rl_solved"] == 0.7 and row["turn"]["per_role"] == {"coder": {"changed": 4}}
+    agg = script.aggregate([row])
+    assert agg["turn_minus_task.greedy_rl_solved"]["mean"] == pytest.approx(0.1)
+    assert agg["turn_minus_task.rl_solved"]["mean"] == pytest.approx(0.05)

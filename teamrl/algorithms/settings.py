@@ -102,6 +102,17 @@ class AlgorithmConfig(Strict):
         description="in training rollouts, sample each frozen role's turn once per group and share it, so "
         "the trained role's advantages compare its own samples under a common context",
     )
+    tree: list[int] = Field(
+        default_factory=list,
+        description="tree-shaped groups (Tree-GRPO: Ji et al., ICLR 2026): branching factors of the trained "
+        "roles' turns in a training rollout, in the order they are taken. [4]: a task's sampled episodes "
+        "share 4 samples of the first trained turn (each continued by about (G - greedy_episodes) / 4 "
+        "episodes); [4, 2]: each of those shares 2 samples of the next, and so on; deeper turns are every "
+        "episode's own. A shared turn is generated once (its tokens count once) and learned in every "
+        "episode that continues it, with that episode's advantage; after a trained turn the frozen "
+        "teammates' turns are sampled per episode, so the episodes below a shared turn differ. [] (the "
+        "default): every sampled episode's trained turns are its own",
+    )
     gamma: float = Field(1.0, ge=0, le=1, description="ppo_critic: discount per turn of the role")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo_critic: GAE's lambda over the role's turns")
     critic: CriticConfig = Field(default_factory=CriticConfig)
@@ -112,5 +123,13 @@ class AlgorithmConfig(Strict):
             raise ValueError(
                 f"greedy_episodes ({self.greedy_episodes}) must be below group_size ({self.group_size}): "
                 "a group needs sampled episodes beside its greedy anchor"
+            )
+        if any(b < 2 for b in self.tree):
+            raise ValueError(f"algorithm.tree {self.tree}: every branching factor must be at least 2")
+        if self.tree and self.tree[0] >= self.group_size - self.greedy_episodes:
+            raise ValueError(
+                f"algorithm.tree {self.tree}: its first branching factor must be below the sampled episodes "
+                f"of a group (group_size - greedy_episodes = {self.group_size - self.greedy_episodes}), "
+                "or no sampled turn is shared"
             )
         return self

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -49,10 +50,25 @@ class EpisodeSeeds:
     rollout: int
     episode: int
     calls: int = 0
+    # a tree-shaped group (``algorithm.tree``): the branching factors, this episode's place among the
+    # group's sampled episodes (``leaf`` of ``leaves``), the trained turns taken so far, and whether one was
+    tree: tuple[int, ...] = ()
+    leaf: int = 0
+    leaves: int = 1
+    depth: int = 0
+    branched: bool = False
 
     def next(self) -> int:
         self.calls += 1
         return derive_seed(self.episode, self.calls)
+
+    def branch(self) -> tuple[int, ...] | None:
+        """A trained turn is taken: the branch it lies on, one index per tree level down to it (the
+        episodes that share it are those with the same tuple), or None below the tree (the episode's own)."""
+        n, self.depth, self.branched = self.depth, self.depth + 1, True
+        if n >= len(self.tree):
+            return None
+        return tuple(self.leaf * math.prod(self.tree[: k + 1]) // self.leaves for k in range(n + 1))
 
 
 _EPISODE_SEEDS: ContextVar[EpisodeSeeds | None] = ContextVar("teamrl_episode_seeds", default=None)
@@ -93,7 +109,7 @@ class Team:
         # Roles whose generations are shared: an identical prompt of such a role is sampled once and the
         # result reused (see share_turns).
         self.shared_roles: frozenset[str] = frozenset()
-        self._shared: dict[tuple[str, str, object], asyncio.Future[Generation]] = {}
+        self._shared: dict[tuple[object, ...], asyncio.Future[Generation]] = {}
         # Roles the rollout in progress trains (see train_turns); empty outside RL rollouts.
         self.trained_roles: frozenset[str] = frozenset()
         # A role's teammate model: role -> async (its turn -> the probability that what comes next, the
@@ -157,15 +173,25 @@ class Team:
         seeds = _EPISODE_SEEDS.get()
         shared = role in self.shared_roles
         sample = (context or {}).get("sample")  # repeated attempts at one prompt (self-play's solver)
+        branch = None  # a tree-shaped group's shared trained turn: the branch it lies on
+        if seeds is not None and seeds.tree:
+            if role in self.trained_roles:
+                branch = seeds.branch()
+                shared = branch is not None
+            elif seeds.branched:
+                shared = False  # below a trained turn each episode samples its own teammates
         seed = None
         if seeds is not None:
-            seed = derive_seed(seeds.rollout, "shared", role, prompt, sample) if shared else seeds.next()
+            if branch is not None:
+                seed = derive_seed(seeds.rollout, "tree", role, prompt, sample, branch)
+            else:
+                seed = derive_seed(seeds.rollout, "shared", role, prompt, sample) if shared else seeds.next()
         greedy = _EPISODE_GREEDY.get() and role in self.trained_roles and not shared
         temperature = 0.0 if greedy else seat.temperature
         request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, temperature, seed)
         reused = False
         if shared:
-            key = (role, prompt, sample)
+            key: tuple[object, ...] = (role, prompt, sample) + (() if branch is None else (branch,))
             first = self._shared.get(key)
             if first is None:
                 future = self._shared[key] = asyncio.get_running_loop().create_future()

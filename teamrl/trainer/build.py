@@ -97,15 +97,19 @@ def episode_factories(
     """``group_size`` episodes of every task, task by task, for ``Engine.run``. With ``seed_key`` (and
     ``run.seeded_sampling``), episode ``g`` of a task samples its turns from seeds of (``run.seed``,
     ``seed_key``, task id, ``g``): the same key plays the same samples however the engine batches them.
-    The first ``algorithm.greedy_episodes`` of a task decode the trained roles' turns greedily."""
+    The first ``algorithm.greedy_episodes`` of a task decode the trained roles' turns greedily; the others
+    form a tree with ``algorithm.tree`` (its turns shared only where a role is trained: ``Team.act``)."""
 
     seeding = seed_key is not None and cfg.run.seeded_sampling
     rollout = derive_seed(cfg.run.seed, seed_key) if seeding else 0
 
     greedy = min(cfg.algorithm.greedy_episodes, group_size - 1)  # a group keeps a sampled episode
+    tree = tuple(cfg.algorithm.tree)  # shared trained turns in tree-shaped groups (RL rollouts only)
 
     def factory(task: Task, g: int) -> Callable[[], Awaitable[Episode]]:
         seeds = EpisodeSeeds(rollout, derive_seed(rollout, task.task_id, g)) if seeding else None
+        if seeds is not None and tree and g >= greedy:
+            seeds.tree, seeds.leaf, seeds.leaves = tree, g - greedy, group_size - greedy
 
         def start() -> Awaitable[Episode]:
             fault_point("episode")  # the crash tests' kill point mid-rollout
