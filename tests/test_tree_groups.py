@@ -38,6 +38,20 @@ def test_branches_split_the_leaves_evenly_level_by_level():
     seeds.branch()
     assert seeds.branched and seeds.depth == 1
 
+    def siblings(leaves, tree, depth):
+        out = []
+        for j in range(leaves):
+            seeds = EpisodeSeeds(0, 0, tree=tree, leaf=j, leaves=leaves)
+            for _ in range(depth):
+                seeds.branch()
+            out.append(seeds.sibling())
+        return out
+
+    # an episode's place among those that share its deepest shared turn
+    assert siblings(7, (4,), 1) == [0, 1, 0, 1, 0, 1, 0]
+    assert siblings(8, (2, 2), 1) == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert siblings(8, (2, 2), 2) == siblings(8, (2, 2), 3) == [0, 1] * 4
+
 
 def _seeded_text(req):
     return f"<plan>{req.prompt}|{req.seed}</plan>"
@@ -49,7 +63,8 @@ def _play(team, engine, tree, leaves=4):
         code = await team.act("coder", plan.message.content, "plan")  # trained
         review = await team.act("reviewer", code.message.content, "plan")  # frozen, below a trained turn
         fix = await team.act("coder", review.message.content, "plan")  # trained, second level
-        return plan, code, review, fix
+        tests = await team.act("tester", "brief", "plan")  # frozen, its prompt blind to the trained turns
+        return plan, code, review, fix, tests
 
     def start(j):
         seeds = EpisodeSeeds(7, 100 + j, tree=tree, leaf=j, leaves=leaves)
@@ -61,33 +76,38 @@ def _play(team, engine, tree, leaves=4):
 def test_episodes_share_the_trained_turn_of_their_branch_and_sample_their_own_teammates_below_it():
     calls = []
     engine = Engine({"p": ScriptedPolicy(lambda req: calls.append(req.prompt) or _seeded_text(req))})
-    seats = {r: Seat(policy="p", temperature=0.7) for r in ("planner", "coder", "reviewer")}
+    seats = {r: Seat(policy="p", temperature=0.7) for r in ("planner", "coder", "reviewer", "tester")}
     team = Team(seats, engine)
-    team.share_turns({"planner", "reviewer"})
+    team.share_turns({"planner", "reviewer", "tester"})
     team.train_turns({"coder"})
     out = _play(team, engine, (2,))
-    plan, code, review, fix = ([e[k] for e in out] for k in range(4))
-    text = [[t.message.content for t in turns] for turns in (plan, code, review, fix)]
+    plan, code, review, fix, tests = ([e[k] for e in out] for k in range(5))
+    text = [[t.message.content for t in turns] for turns in (plan, code, review, fix, tests)]
     # the frozen upstream turn: one sample for the group
     assert len(set(text[0])) == 1 and [t.reused for t in plan] == [False, True, True, True]
     # the trained turn: one sample per branch (episodes 0-1 and 2-3), generated once each
     assert text[1][0] == text[1][1] != text[1][2] == text[1][3]
     assert [t.reused for t in code] == [False, True, False, True]
-    # below it the frozen reviewer is each episode's own, although episodes 0 and 1 show it the same code
+    # below it the two episodes of a branch see different reviews of the same code
     assert len(set(text[2])) == 4 and not any(t.reused for t in review)
     # below the tree (one level) the trained role's turns are each episode's own
     assert len(set(text[3])) == 4 and not any(t.reused for t in fix)
-    assert len(calls) == 1 + 2 + 4 + 4
+    # a teammate blind to the trained turns: the k-th episode of every branch gets the same sample
+    assert text[4][0] == text[4][2] != text[4][1] == text[4][3]
+    assert [t.reused for t in tests] == [False, False, True, True]
+    assert len(calls) == 1 + 2 + 4 + 4 + 2
     # seeded: the same rollout again plays the same turns
-    team.share_turns({"planner", "reviewer"})
+    team.share_turns({"planner", "reviewer", "tester"})
     again = _play(team, engine, (2,))
     assert [[t.text for t in e] for e in again] == [[t.text for t in e] for e in out]
 
 
 def test_without_a_trained_role_or_a_tree_nothing_is_shared_beyond_share_turns():
     engine = Engine({"p": ScriptedPolicy(_seeded_text)})
-    team = Team({r: Seat(policy="p", temperature=0.7) for r in ("planner", "coder", "reviewer")}, engine)
-    team.share_turns({"planner", "reviewer"})
+    team = Team(
+        {r: Seat(policy="p", temperature=0.7) for r in ("planner", "coder", "reviewer", "tester")}, engine
+    )
+    team.share_turns({"planner", "reviewer", "tester"})
     # evaluation and demonstrations train no role: the tree changes nothing (the reviewer, shown the same
     # code, is shared as without a tree)
     out = _play(team, engine, (2,))

@@ -109,9 +109,10 @@ class AlgorithmConfig(Strict):
         "share 4 samples of the first trained turn (each continued by about (G - greedy_episodes) / 4 "
         "episodes); [4, 2]: each of those shares 2 samples of the next, and so on; deeper turns are every "
         "episode's own. A shared turn is generated once (its tokens count once) and learned in every "
-        "episode that continues it, with that episode's advantage; after a trained turn the frozen "
-        "teammates' turns are sampled per episode, so the episodes below a shared turn differ. [] (the "
-        "default): every sampled episode's trained turns are its own",
+        "episode that continues it, with that episode's advantage. Below a trained turn the k-th episode of "
+        "every branch shares its frozen teammates' samples: the continuations of one shared turn differ, "
+        "and the branches are compared under the same teammates where a teammate's prompt does not depend "
+        "on the trained turn. [] (the default): every sampled episode's trained turns are its own",
     )
     gamma: float = Field(1.0, ge=0, le=1, description="ppo_critic: discount per turn of the role")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo_critic: GAE's lambda over the role's turns")

@@ -70,6 +70,12 @@ class EpisodeSeeds:
             return None
         return tuple(self.leaf * math.prod(self.tree[: k + 1]) // self.leaves for k in range(n + 1))
 
+    def sibling(self) -> int:
+        """This episode's place (0, 1, ...) among the episodes that share its deepest shared trained turn."""
+        width = math.prod(self.tree[: min(self.depth, len(self.tree))])
+        branch = self.leaf * width // self.leaves
+        return self.leaf - -(-branch * self.leaves // width)  # minus the branch's first leaf
+
 
 _EPISODE_SEEDS: ContextVar[EpisodeSeeds | None] = ContextVar("teamrl_episode_seeds", default=None)
 _EPISODE_GREEDY: ContextVar[bool] = ContextVar("teamrl_episode_greedy", default=False)
@@ -173,25 +179,27 @@ class Team:
         seeds = _EPISODE_SEEDS.get()
         shared = role in self.shared_roles
         sample = (context or {}).get("sample")  # repeated attempts at one prompt (self-play's solver)
-        branch = None  # a tree-shaped group's shared trained turn: the branch it lies on
+        # a tree-shaped group (algorithm.tree): a trained turn is shared by the episodes of its branch; below
+        # one, the k-th episode of every branch shares its teammates' samples (the branches' continuations
+        # differ within a branch and are paired across branches, as a frozen turn's prompt allows)
+        tree: tuple[object, ...] = ()
         if seeds is not None and seeds.tree:
             if role in self.trained_roles:
                 branch = seeds.branch()
-                shared = branch is not None
-            elif seeds.branched:
-                shared = False  # below a trained turn each episode samples its own teammates
+                shared, tree = branch is not None, ("tree", branch)
+            elif shared and seeds.branched:
+                tree = ("sibling", seeds.sibling())
         seed = None
         if seeds is not None:
-            if branch is not None:
-                seed = derive_seed(seeds.rollout, "tree", role, prompt, sample, branch)
-            else:
-                seed = derive_seed(seeds.rollout, "shared", role, prompt, sample) if shared else seeds.next()
+            seed = (
+                derive_seed(seeds.rollout, "shared", role, prompt, sample, *tree) if shared else seeds.next()
+            )
         greedy = _EPISODE_GREEDY.get() and role in self.trained_roles and not shared
         temperature = 0.0 if greedy else seat.temperature
         request = GenerationRequest(prompt, seat.adapter, seat.max_new_tokens, temperature, seed)
         reused = False
         if shared:
-            key: tuple[object, ...] = (role, prompt, sample) + (() if branch is None else (branch,))
+            key = (role, prompt, sample, *tree)
             first = self._shared.get(key)
             if first is None:
                 future = self._shared[key] = asyncio.get_running_loop().create_future()
