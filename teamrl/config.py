@@ -321,11 +321,8 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _critic_and_closed_loop(self) -> Config:
-        if self.algorithm.tree and not self.run.seeded_sampling:
-            raise ValueError(
-                "algorithm.tree needs run.seeded_sampling: true (the episodes that share a turn find it by "
-                "its seed)"
-            )
+        if self.algorithm.tree and not self.run.seeded_sampling:  # a shared turn is found by its seed
+            raise ValueError("algorithm.tree needs run.seeded_sampling: true (episodes share turns by seed)")
         if self.algorithm.name == "ppo_critic":
             name = self.algorithm.critic.policy
             if name not in self.policies:
