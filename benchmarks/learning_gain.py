@@ -142,6 +142,8 @@ def run_result(run_dir: Path) -> dict[str, Any]:
             "greedy_only_rl": g["only_rl"],
             "greedy_only_sft": g["only_sft"],
         }
+        if "per_role" in g:  # greedy_eval.py --per-role: what each role's RL turns changed
+            greedy["per_role"] = g["per_role"]
     return {
         **greedy,
         "run_dir": str(run_dir),

@@ -24,7 +24,6 @@ a fresh ``<out-dir>/role_ablation-<timestamp>-<pid>/`` (``team_s<seed>``, ``with
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from functools import partial
@@ -179,10 +178,6 @@ def seed_result(batch_dir: Path, seed: int, arms: list[str]) -> dict[str, Any]:
     for arm in arms:
         run = batch_dir / f"{arm}_s{seed}"
         out[arm] = lg.run_result(run)
-        greedy = run / lg.GREEDY_FILE
-        if greedy.exists():
-            (g,) = json.loads(greedy.read_text())["runs"]
-            out[arm]["per_role"] = g.get("per_role", {})
         if arm != "team":
             out[arm]["token_budget"] = out["team"]["rl_tokens"]
             out[arm]["budget_reached"] = out[arm]["rl_tokens"] >= out["team"]["rl_tokens"]

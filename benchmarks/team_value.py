@@ -28,7 +28,6 @@ of such a directory.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from functools import partial
@@ -50,7 +49,6 @@ CONTROLS = {
 ARMS = ("team", *CONTROLS)
 LABELS = {"team": "team", "coder_alone": "Coder alone", "one_model": "one-model loop"}
 GREEDY_N = int(os.environ.get("TEAM_VALUE_GREEDY_N", "200"))  # held-out tasks of each greedy evaluation
-GREEDY_FILE = lg.GREEDY_FILE
 MARGIN = 0.05  # the bar: the team beats the Coder alone by 5 points, greedy and sampled
 LIFT = 0.10  # ... and RL lifts the team's greedy success by 10 points over SFT
 
@@ -81,10 +79,6 @@ def seed_result(batch_dir: Path, seed: int) -> dict[str, Any]:
     for arm in ARMS:
         run = batch_dir / f"{arm}_s{seed}"
         out[arm] = lg.run_result(run)
-        greedy = run / GREEDY_FILE
-        if arm == "team" and greedy.exists():
-            (g,) = json.loads(greedy.read_text())["runs"]
-            out[arm]["per_role"] = g.get("per_role", {})
     for arm in CONTROLS:
         out[arm]["token_budget"] = out["team"]["rl_tokens"]
         out[arm]["budget_reached"] = out[arm]["rl_tokens"] >= out["team"]["rl_tokens"]
@@ -142,9 +136,12 @@ def verdicts(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
         lifts = [s["team"]["greedy_rl_solved"] - s["team"]["greedy_sft_solved"] for s in per_seed]
         out[f"rl_lifts_team_greedy_by_{LIFT:.2f}"] = all(x >= LIFT for x in lifts)
         roles = sorted({r for s in per_seed for r in s["team"].get("per_role", {})})
-        out["every_role_changes_outcomes"] = bool(roles) and all(
-            s["team"]["per_role"].get(r, {}).get("outcome_changed", 0) > 0 for s in per_seed for r in roles
-        )
+        changed = [
+            s["team"].get("per_role", {}).get(r, {}).get("outcome_changed", 0)
+            for s in per_seed
+            for r in roles
+        ]
+        out["every_role_changes_outcomes"] = bool(roles) and all(n > 0 for n in changed)
     return out
 
 

@@ -170,9 +170,6 @@ def collect(batch_dir: Path, seeds: list[int]) -> list[dict[str, Any]]:
             if not (run / "summary.json").exists():
                 break
             arms[key] = {**lg.run_result(run), "phase_tokens": phase_tokens(run)}
-            if (run / lg.GREEDY_FILE).exists():  # what each role's RL turns changed, greedily
-                (g,) = json.loads((run / lg.GREEDY_FILE).read_text())["runs"]
-                arms[key]["per_role"] = g.get("per_role", {})
         if len(arms) == len(RUNS):
             arms["task"]["budget_reached"] = arms["task"]["rl_tokens"] >= arms["turn"]["rl_tokens"]
             per_seed.append({"seed": seed, **arms})
