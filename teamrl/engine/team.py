@@ -51,12 +51,11 @@ class EpisodeSeeds:
     episode: int
     calls: int = 0
     # a tree-shaped group (``algorithm.tree``): the branching factors, this episode's place among the
-    # group's sampled episodes (``leaf`` of ``leaves``), the trained turns taken so far, and whether one was
+    # group's sampled episodes (``leaf`` of ``leaves``) and the trained turns taken so far
     tree: tuple[int, ...] = ()
     leaf: int = 0
     leaves: int = 1
     depth: int = 0
-    branched: bool = False
 
     def next(self) -> int:
         self.calls += 1
@@ -65,10 +64,15 @@ class EpisodeSeeds:
     def branch(self) -> tuple[int, ...] | None:
         """A trained turn is taken: the branch it lies on, one index per tree level down to it (the
         episodes that share it are those with the same tuple), or None below the tree (the episode's own)."""
-        n, self.depth, self.branched = self.depth, self.depth + 1, True
+        n, self.depth = self.depth, self.depth + 1
         if n >= len(self.tree):
             return None
         return tuple(self.leaf * math.prod(self.tree[: k + 1]) // self.leaves for k in range(n + 1))
+
+    @property
+    def branched(self) -> bool:
+        """Whether a trained turn was taken (the teammates' turns below it are a branch's)."""
+        return self.depth > 0
 
     def sibling(self) -> int:
         """This episode's place (0, 1, ...) among the episodes that share its deepest shared trained turn."""

@@ -75,12 +75,12 @@ class TurnGroupConfig(Strict):
                 raise ValueError(
                     f"workflow.turn_group.roles names {name!r}, which is not trainable: it never branches"
                 )
-        algorithm = getattr(getattr(config, "algorithm", None), "name", None)
-        if getattr(getattr(config, "algorithm", None), "tree", None):
+        algorithm = getattr(config, "algorithm", None)
+        if getattr(algorithm, "tree", None):
             raise ValueError(
                 "workflow.turn_group.size > 1 and algorithm.tree branch the same turns two ways: choose one"
             )
-        if algorithm == "ppo_critic":
+        if getattr(algorithm, "name", None) == "ppo_critic":
             raise ValueError(
                 "workflow.turn_group.size > 1 needs algorithm grpo or mgrpo: ppo_critic's critic gives every "
                 "turn its advantage and would ignore the turn-level rewards"
