@@ -320,7 +320,7 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
-    def _critic_and_closed_loop(self) -> Config:
+    def _tree_critic_and_closed_loop(self) -> Config:
         if self.algorithm.tree and not self.run.seeded_sampling:  # a shared turn is found by its seed
             raise ValueError("algorithm.tree needs run.seeded_sampling: true (episodes share turns by seed)")
         if self.algorithm.name == "ppo_critic":
