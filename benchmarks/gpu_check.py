@@ -23,6 +23,7 @@ import torch
 
 from teamrl.config import ConfigError, load_config
 from teamrl.policies.vllm_generation import VLLM_MISSING
+from teamrl.report.load import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "gpu_vllm_team.yaml"
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(cfg, run_dir)
     torch.cuda.reset_peak_memory_stats()  # loading aside: the peak of SFT, rollouts and updates
     trainer.fit()
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     result = {
         "model": model,
         "generation": cfg.policies["default"].generation,

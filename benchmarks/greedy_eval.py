@@ -161,10 +161,10 @@ def _greedy(
 def rl_played_tasks(trainer: Any, run_dir: Path) -> list[Any]:
     """The distinct training tasks of the run's RL iterations, in order: iteration ``s`` (logged as step
     ``s + 1`` in ``metrics.jsonl``) drew its tasks from its seed."""
+    from teamrl.report.load import read_metrics
     from teamrl.trainer.overlap import iteration_tasks
 
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    steps = sorted({int(row["step"]) - 1 for row in map(json.loads, lines) if "phase" in row})
+    steps = sorted({int(row["step"]) - 1 for row in read_metrics(run_dir) if "phase" in row})
     tasks: dict[str, Any] = {}
     for step in steps:
         for task in iteration_tasks(trainer.cfg, trainer.suite, step):

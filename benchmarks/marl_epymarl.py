@@ -206,6 +206,7 @@ def worker(
     """One teamrl training in this process (``teamrl marl train``'s code path, ``sets`` as its ``--set``);
     prints its row."""
     from teamrl.marl.train import parse_sets, train
+    from teamrl.report.load import read_metrics
 
     overrides = {"total_env_steps": env_steps, "seed": seed, **ALGOS[algo][1], **parse_sets(sets or [])}
     sampled, t = ALGOS[algo][2], TASKS[task]
@@ -221,7 +222,7 @@ def worker(
         eval_sampled=sampled,
     )
     final = summary["eval_sampled" if sampled else "eval"]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     curve = [[r["step"], r["eval/return/mean"]] for r in rows if "eval/return/mean" in r]
     print(json.dumps({"env_steps": final["env_steps"], "curve": curve, "returns": final["returns"]}))
 

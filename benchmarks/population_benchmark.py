@@ -40,6 +40,7 @@ from benchmarks.learning_gain import (  # noqa: E402
     save_figure,
     seeds_parser,
 )
+from teamrl.report.load import read_metrics  # noqa: E402
 
 CONFIG = "examples/debate_population.yaml"
 CONDITIONS = {"population": "uniform", "self_play": "latest"}  # condition -> recipe.population.sampling
@@ -61,7 +62,7 @@ def _argv(run_dir: Path, seed: int, sampling: str, sets: list[str]) -> list[str]
 
 def run_curves(run_dir: Path) -> dict[str, Any]:
     """A finished run's held-out accuracy and pool diversity by step, its Elo and its final figures."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run_dir)
     accuracy = {int(r["step"]): r["eval/solved"] for r in rows if "eval/solved" in r}
     diversity = {
         name: {

@@ -50,6 +50,7 @@ from typing import Any
 import learning_gain as lg  # benchmarks/learning_gain.py: the job runner, run results, mean/std
 
 from teamrl.recipes.settings import RecipeConfig
+from teamrl.report.load import read_metrics
 
 # The small shared setting: 4 tasks x 8 teams per iteration, 12 RL iterations, 48 held-out tasks x 2
 # episodes; the main job's cached base, SFT and rewards otherwise (alpha 0.6, T 0.7, grpo).
@@ -161,11 +162,6 @@ ORDER = ["credit", "ppo_critic", "joint", "closed_loop", TEAM_VS_SINGLE]
 
 
 # -- reading one run ------------------------------------------------------------------------------------
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def thirds_trend(values: list[float]) -> float | None:
     """Mean of the last third minus mean of the first third (None with fewer than 3 values)."""
     if len(values) < 3:

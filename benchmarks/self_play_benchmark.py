@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import learning_gain as lg  # noqa: E402  (job runner, mean/std, figures)
 from benchmarks.population_benchmark import _mean_curve  # noqa: E402
+from teamrl.report.load import read_metrics  # noqa: E402
 
 CONFIG = "examples/self_play_proposer_solver.yaml"
 NAME = "proposer_solver"
@@ -71,7 +72,7 @@ def run_curves(run_dir: Path) -> dict[str, Any]:
         name: {int(e["step"]): float(e[key]) for e in evals if key in e} for name, key in CURVES.items()
     }
     curves[f"difficulty/{REFERENCE}"] = {step: 1.0 - r for step, r in curves["reference_solver_rate"].items()}
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run_dir)
     rollout = {
         f"rollout_difficulty/{d}": {
             int(r["step"]): float(r[f"rollout/selfplay/difficulty/{d}"])

@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import learning_gain as lg  # noqa: E402  (job runner, run results, tables)
+from teamrl.report.load import read_metrics  # noqa: E402
 
 CONFIG = "examples/test_driven.yaml"
 RUNS = (("turn", "turn"), ("task", "task"))  # (key, short name in the table headers)
@@ -72,9 +73,7 @@ def _turn_argv(run_dir: Path, seed: int, sets: list[str], size: int, continues: 
 def role_scales(turn_dir: Path) -> dict[str, float]:
     """Per trained role of the turn-level run: its tokens over its tokens less the candidates', in that
     role's phases (phase names end in the role, ``round1/coder#2``)."""
-    rows = [
-        json.loads(line) for line in (turn_dir / "metrics.jsonl").read_text().splitlines() if line.strip()
-    ]
+    rows = read_metrics(turn_dir)
     sums: dict[str, list[float]] = {}
     for row in rows:
         if "rollout/tokens_per_episode" in row and "phase" in row:
@@ -150,7 +149,7 @@ def plan_jobs(
 
 def phase_tokens(run_dir: Path) -> dict[str, int]:
     """RL tokens generated in each phase of a run (phase name -> tokens), in schedule order."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run_dir)
     out: dict[str, int] = {}
     before = 0
     for row in rows:

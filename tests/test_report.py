@@ -24,7 +24,7 @@ from teamrl.cli import main as cli_main
 from teamrl.config import dump_config, load_config
 from teamrl.protocol import Episode, FormatError, Turn, parse_message
 from teamrl.recipes import phases_for
-from teamrl.report.load import EpisodeSample, ReportError, load_run, sample_episodes
+from teamrl.report.load import EpisodeSample, ReportError, load_run, read_metrics, sample_episodes
 from teamrl.report.page import write_report
 from teamrl.report.serve import ReportServer
 from teamrl.trainer.live import LiveTable
@@ -269,6 +269,23 @@ def test_a_run_in_progress_and_a_truncated_line_give_a_warning_not_an_error(tmp_
     assert any("last_rollout.jsonl: skipped 1" in w for w in result.warnings)
     assert "skipped 1 unreadable line" in page and "finished" not in page.split("<h2>")[1].split("</h2>")[0]
     assert "running" in page
+
+
+def test_read_metrics_keeps_a_killed_runs_rows_and_refuses_a_directory_without_metrics(tmp_path, capsys):
+    run = make_team_run(tmp_path / "killed", finished=False)
+    whole = read_metrics(run)
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 99, "phase": "round1/coder", "rollout/sol')  # a crash mid-write
+    notes: list[str] = []
+    assert read_metrics(run, notes) == whole and len(whole) > 3
+    assert [r["step"] for r in whole] == sorted(r["step"] for r in whole) and 99 not in [
+        r["step"] for r in whole
+    ]
+    assert len(notes) == 1 and "skipped 1 unreadable line" in notes[0]
+    assert read_metrics(str(run)) == whole  # no list given: the note goes to stderr
+    assert "skipped 1 unreadable line" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        read_metrics(tmp_path)
 
 
 def test_a_run_whose_code_ran_without_bubblewrap_says_so(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,23 @@ def read_jsonl(path: Path, warnings: list[str], what: str) -> list[dict[str, Any
             bad += 1
     if bad:
         warnings.append(f"{what}: skipped {bad} unreadable line{'s' * (bad > 1)} (cut by a crash mid-write?)")
+    return rows
+
+
+def read_metrics(run_dir: str | Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of ``RUN_DIR/metrics.jsonl`` in order (FileNotFoundError where it is missing). A line cut by
+    a crash mid-write is skipped with a note, added to ``warnings`` (printed to stderr where none is given),
+    so a killed run's metrics still read."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no metrics.jsonl (not a run directory, or the run never started)")
+    notes: list[str] = []
+    rows = read_jsonl(path, notes, str(path))
+    if warnings is None:
+        for note in notes:
+            print(note, file=sys.stderr)
+    else:
+        warnings.extend(notes)
     return rows
 
 
