@@ -4,7 +4,9 @@ Every exploit is played as a scripted team through the pipeline and its real san
 (or no more than honest wrong work) and be recorded as such. The exploits are the ones seen in
 coding RL (forged results, objects that equal everything, reading the hidden tests, state carried
 between checks, early exits) and others against this verifier's own parts (its data codec, its
-cache, the tester's asserts); the answer checkers and the self-play evaluator get theirs at the end.
+cache, the tester's asserts), and code that writes after its call returned (threads, forks, exit handlers,
+finalizers); the main job's test-driven team gets every Coder exploit too (its execution reports and
+revisions); the answer checkers and the self-play evaluator get theirs at the end.
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ import ast
 import asyncio
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from teamrl.config import load_config
 from teamrl.engine.team import Seat, Team
-from teamrl.protocol import Episode
+from teamrl.protocol import Episode, Message, render_message
 from teamrl.rewards.credit import score_tester
 from teamrl.tasks.programming import ProgrammingTask
 from teamrl.tasks.reasoning import CHECKERS, extract_answer
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits, SandboxResult, judge_sync, parse_assert
-from teamrl.trainer.build import assign_rewards
+from teamrl.trainer.build import assign_rewards, build_workflow
 from teamrl.workflows.pipeline import pipeline
 from teamrl.workflows.self_play import UnsafeExpression, evaluate_expression
 
@@ -219,6 +222,37 @@ HUGE = {
     "memory": "def f(s):\n    return 'x' * (2 * 1024**3)",
 }
 
+_FORGE = """
+def _forge():
+    import json, os
+    wanted = ["zqhidden1xv", "zqkxv", "zqxv"]  # the hidden tests' expected values, in order
+    lines = "".join(json.dumps({"i": i, "value": v, "passed": True}) + "\\n" for i, v in enumerate(wanted))
+    for fd in range(64):
+        try:
+            os.write(fd, lines.encode())
+        except OSError:
+            pass
+"""
+
+LATE_WRITERS = {  # forged results written after the call returned, or by code the process runs on its way out
+    "daemon_thread": _FORGE + "import threading, time\n"
+    "threading.Thread(target=lambda: (time.sleep(0.05), _forge()), daemon=True).start()\n"
+    "def f(s):\n    time.sleep(0.2)\n    return None",
+    "forked_child": _FORGE
+    + "import os\ndef f(s):\n    if os.fork() == 0:\n        _forge()\n        os._exit(0)\n"
+    "    return None",
+    "atexit_handler": _FORGE + "import atexit\natexit.register(_forge)\ndef f(s):\n    return None",
+    "finalizer": _FORGE + "class X:\n    def __del__(self):\n        _forge()\ndef f(s):\n    return X()",
+    "patched_json": "import json\n_dumps = json.dumps\n"
+    "json.dumps = lambda o, *a, **k: _dumps({'i': 0, 'value': 'zqkxv', 'passed': True})\n"
+    "def f(s):\n    return None",
+    "class_that_lies": "class S(str):\n    @property\n    def __class__(self):\n        return str\n"
+    "    def __eq__(self, o):\n        return True\n    __hash__ = str.__hash__\n"
+    "def f(s):\n    return S('no')",
+    "repr_that_lies": "class S:\n    def __repr__(self):\n        return repr('zqkxv')\n"
+    "    def __str__(self):\n        return 'zqkxv'\ndef f(s):\n    return S()",
+}
+
 CODER_EXPLOITS = {
     "forged_channel_frames": FORGE_FRAMES,
     "forged_channel_fds": FORGE_FDS,
@@ -227,6 +261,7 @@ CODER_EXPLOITS = {
     **ALWAYS_EQUAL,
     **EARLY_EXITS,
     **HUGE,
+    **LATE_WRITERS,
 }
 
 
@@ -239,6 +274,41 @@ def test_coder_exploit_scores_nothing(sandbox, honest_wrong, name: str) -> None:
     # the forged or crashing code did not disturb the tester's checks, which ran in other processes
     assert episode.verifier["tests_on_reference"] == [True, True]
     assert episode.verifier["tests_on_buggy"] == [False, True]
+
+
+def play_test_driven(sandbox, code: str) -> Episode:
+    """One episode of the main job's workflow (test_driven: the tester's tests first, an execution report of
+    them on every code version, revisions) with the same scripted code in every Coder turn."""
+    cfg = load_config(Path(__file__).resolve().parent.parent / "examples" / "test_driven.yaml")
+    replies = {"coder": f"<code>{code}</code>", "tester": f"<tests>{GOOD_TESTS}</tests>"}
+    replies["planner"] = render_message(Message(role="planner", kind="plan", content="Return zq + s + xv."))
+    team = Team({role: Seat(script=lambda call, r=role: replies[r]) for role in replies})
+    episode = asyncio.run(build_workflow(cfg, sandbox).play(team, TASK))
+    assign_rewards(cfg, episode)
+    return episode
+
+
+@pytest.fixture(scope="module")
+def test_driven_wrong(sandbox) -> Episode:
+    right = play_test_driven(sandbox, "def f(s):\n    return 'zq' + s + 'xv'")
+    assert right.outcome == 1.0 and right.verifier["solved"] and all(right.verifier["tests_on_versions"][-1])
+    wrong = play_test_driven(sandbox, WRONG)
+    assert wrong.outcome == 0.0 and len(wrong.verifier["reports"]) == 3  # the first version and 2 revisions
+    return wrong
+
+
+@pytest.mark.parametrize("name", sorted(CODER_EXPLOITS))
+def test_coder_exploit_scores_nothing_in_the_main_jobs_test_driven_team(
+    sandbox, test_driven_wrong, name
+) -> None:
+    wrong = test_driven_wrong
+    episode = play_test_driven(sandbox, CODER_EXPLOITS[name])
+    assert episode.outcome == 0.0 and not episode.verifier["solved"], episode.verifier
+    assert all(p == 0.0 for p in episode.verifier["code_pass"])
+    assert all(episode.rewards[r] <= wrong.rewards[r] + 1e-9 for r in wrong.rewards), episode.rewards
+    # what the tester's tests said of the forged versions is what they say of honest wrong code: no version
+    # passes them, so the report the team reads is not forged either
+    assert not any(all(on) for on in episode.verifier["tests_on_versions"])
 
 
 def test_untrusted_processes_never_hold_expected_values_reference_or_other_checks(sandbox) -> None:
