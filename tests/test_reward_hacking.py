@@ -276,11 +276,11 @@ def test_coder_exploit_scores_nothing(sandbox, honest_wrong, name: str) -> None:
     assert episode.verifier["tests_on_buggy"] == [False, True]
 
 
-def play_test_driven(sandbox, code: str) -> Episode:
+def play_test_driven(sandbox, code: str, tests: str = GOOD_TESTS) -> Episode:
     """One episode of the main job's workflow (test_driven: the tester's tests first, an execution report of
     them on every code version, revisions) with the same scripted code in every Coder turn."""
     cfg = load_config(Path(__file__).resolve().parent.parent / "examples" / "test_driven.yaml")
-    replies = {"coder": f"<code>{code}</code>", "tester": f"<tests>{GOOD_TESTS}</tests>"}
+    replies = {"coder": f"<code>{code}</code>", "tester": f"<tests>{tests}</tests>"}
     replies["planner"] = render_message(Message(role="planner", kind="plan", content="Return zq + s + xv."))
     team = Team({role: Seat(script=lambda call, r=role: replies[r]) for role in replies})
     episode = asyncio.run(build_workflow(cfg, sandbox).play(team, TASK))
@@ -373,6 +373,15 @@ def test_tester_exploit_is_refused_and_earns_nothing(sandbox, name: str) -> None
     tester_turn = episode.turns_of("tester")[0]
     assert tester_turn.error is not None and "cannot be judged" in tester_turn.error
     assert episode.outcome == 0.0  # the wrong code stays wrong
+
+
+@pytest.mark.parametrize("name", sorted(TESTER_EXPLOITS))
+def test_tester_exploit_earns_nothing_in_the_main_jobs_test_driven_team(sandbox, name: str) -> None:
+    no_tests = play_test_driven(sandbox, WRONG, "")
+    episode = play_test_driven(sandbox, WRONG, TESTER_EXPLOITS[name])
+    assert episode.rewards["tester"] <= no_tests.rewards["tester"] + 1e-9 < 0.0  # paid as for writing no test
+    assert episode.verifier["tests_on_reference"] == [] and episode.outcome == 0.0
+    assert episode.turns_of("tester")[0].error is not None
 
 
 def test_tester_score_needs_tests_that_tell_the_reference_from_the_bug(sandbox) -> None:
