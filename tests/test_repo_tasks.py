@@ -175,6 +175,17 @@ def _hidden_fraction(sandbox: Sandbox, task: RepoTask, text: str) -> float:
     return _judge(sandbox, modules, task.hidden_tests).fraction
 
 
+_FORGE = """    import json, os
+    line = "".join(json.dumps({"i": i, "value": True, "passed": True}) + "\\n" for i in range(16)).encode()
+    def _forge():
+        for fd in range(64):
+            try:
+                os.write(fd, line)
+            except OSError:
+                pass
+"""
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -185,6 +196,15 @@ def _hidden_fraction(sandbox: Sandbox, task: RepoTask, text: str) -> float:
         "    class Any:\n        def __eq__(self, other):\n            return True\n    return Any()\n",
         # rebinding names of the loader or the harness changes nothing the trusted side compares
         "    import sys\n    sys.modules['__main__'].__dict__.clear()\n    return None\n",
+        # forged result lines written after the call returned: by a thread, a forked child, an exit handler
+        _FORGE + "    import threading, time\n"
+        "    threading.Thread(target=lambda: (time.sleep(0.02), _forge()), daemon=True).start()\n"
+        "    time.sleep(0.1)\n    return None\n",
+        _FORGE + "    if os.fork() == 0:\n        _forge()\n        os._exit(0)\n    return None\n",
+        _FORGE + "    import atexit\n    atexit.register(_forge)\n    return None\n",
+        "    import json\n    _dumps = json.dumps\n"
+        "    json.dumps = lambda o, *a, **k: _dumps({'i': 0, 'value': True, 'passed': True})\n"
+        "    return None\n",
     ],
 )
 def test_a_function_body_that_fakes_success_earns_nothing(
