@@ -278,9 +278,8 @@ def test_read_metrics_keeps_a_killed_runs_rows_and_refuses_a_directory_without_m
         fh.write('{"step": 99, "phase": "round1/coder", "rollout/sol')  # a crash mid-write
     notes: list[str] = []
     assert read_metrics(run, notes) == whole and len(whole) > 3
-    assert [r["step"] for r in whole] == sorted(r["step"] for r in whole) and 99 not in [
-        r["step"] for r in whole
-    ]
+    steps = [r["step"] for r in whole]
+    assert steps == sorted(steps) and 99 not in steps
     assert len(notes) == 1 and "skipped 1 unreadable line" in notes[0]
     assert read_metrics(str(run)) == whole  # no list given: the note goes to stderr
     assert "skipped 1 unreadable line" in capsys.readouterr().err

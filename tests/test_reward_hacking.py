@@ -375,9 +375,16 @@ def test_tester_exploit_is_refused_and_earns_nothing(sandbox, name: str) -> None
     assert episode.outcome == 0.0  # the wrong code stays wrong
 
 
+@pytest.fixture(scope="module")
+def test_driven_no_tests(sandbox) -> Episode:
+    return play_test_driven(sandbox, WRONG, "")
+
+
 @pytest.mark.parametrize("name", sorted(TESTER_EXPLOITS))
-def test_tester_exploit_earns_nothing_in_the_main_jobs_test_driven_team(sandbox, name: str) -> None:
-    no_tests = play_test_driven(sandbox, WRONG, "")
+def test_tester_exploit_earns_nothing_in_the_main_jobs_test_driven_team(
+    sandbox, test_driven_no_tests, name: str
+) -> None:
+    no_tests = test_driven_no_tests
     episode = play_test_driven(sandbox, WRONG, TESTER_EXPLOITS[name])
     assert episode.rewards["tester"] <= no_tests.rewards["tester"] + 1e-9 < 0.0  # paid as for writing no test
     assert episode.verifier["tests_on_reference"] == [] and episode.outcome == 0.0

@@ -4,7 +4,8 @@ few sample episodes. Nothing here imports torch or matplotlib.
 
 Damaged input never raises past :class:`ReportError`: a truncated ``metrics.jsonl`` line or episode
 line is skipped and counted in :attr:`Run.warnings`; a directory that is not a run raises
-:class:`ReportError` with a one-line message.
+:class:`ReportError` with a one-line message. :func:`read_metrics`, for scripts, skips damaged lines the same
+way and raises FileNotFoundError where a directory has no ``metrics.jsonl``.
 """
 
 from __future__ import annotations
