@@ -142,6 +142,9 @@ def test_grpo_loss_token_mean_clipping_both_directions():
     assert out.stats["clip_fraction_high"] == pytest.approx(0.2)
     assert out.stats["ratio_mean"] == pytest.approx(5.1 / 5)
     assert out.stats["entropy_proxy"] == pytest.approx(1.0)  # (1 + .5 + 2 + 1.2 + .3) / 5
+    # (r - 1) - log r for r = 1.5, .5, 1.1, .5, 1.5: .094535, .193147, .004690, .193147, .094535
+    assert out.stats["approx_kl"] == pytest.approx(0.580054 / 5, rel=1e-5)
+    assert out.stats["approx_kl_max"] == pytest.approx(0.193147, rel=1e-5)
     assert out.stats["kl"] == 0.0
     assert out.stats["num_tokens"] == 5.0
     out.loss.backward()
@@ -289,3 +292,24 @@ def test_broadcast_validation():
         broadcast_episode_advantages(t([1.0, -1.0]), torch.tensor([-1]))
     with pytest.raises(ValueError, match="integer tensor"):
         broadcast_episode_advantages(t([1.0, -1.0]), t([0.0]))
+
+
+def test_grpo_loss_policy_mask_drops_the_policy_term_and_keeps_kl_and_divisor():
+    torch.manual_seed(0)
+    logp = torch.randn(3, 5, requires_grad=True)
+    old, ref = logp.detach() + 0.01 * torch.randn(3, 5), torch.randn(3, 5)  # ratios near 1: nothing clipped
+    adv, mask = torch.tensor([1.0, -0.5, 2.0]), torch.ones(3, 5, dtype=torch.bool)
+    keep = torch.zeros(3, 5, dtype=torch.bool)
+    keep[:, 1] = True
+    masked = grpo_loss(logp, old, adv, mask, policy_mask=keep)
+    (grad,) = torch.autograd.grad(masked.loss, logp)
+    assert torch.all(grad[~keep] == 0) and torch.all(grad[keep] != 0)
+    full = grpo_loss(logp, old, adv, mask)
+    (full_grad,) = torch.autograd.grad(full.loss, logp)
+    assert torch.allclose(grad[keep], full_grad[keep])  # same divisor: the kept tokens' weight is unchanged
+    assert masked.stats["policy_token_fraction"] == pytest.approx(3 / 15)
+    with_kl = grpo_loss(logp, old, adv, mask, ref_logp=ref, kl_coef=0.1, policy_mask=keep)
+    (kl_grad,) = torch.autograd.grad(with_kl.loss, logp)
+    assert torch.all(kl_grad[~keep] != 0)  # the KL term stays on every token
+    with pytest.raises(ValueError, match="policy_mask"):
+        grpo_loss(logp, old, adv, mask, policy_mask=keep[:, :2])

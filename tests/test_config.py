@@ -29,6 +29,15 @@ def test_defaults_are_the_main_job():
         ("recipe.roles=[judge]", "recipe.roles names 'judge'"),
         ("recipe.iterations_per_role={judge: 3}", "names 'judge', which is not a trained role"),
         ("recipe.iterations_per_role={coder: 0}", "must be at least 1"),
+        (
+            "algorithm.top_entropy_quantile=0",
+            "algorithm.top_entropy_quantile: Input should be greater than 0",
+        ),
+        ("algorithm.target_kl=-0.1", "algorithm.target_kl: Input should be greater than 0"),
+        (
+            "algorithm.lr_warmup_steps=-1",
+            "algorithm.lr_warmup_steps: Input should be greater than or equal to 0",
+        ),
         ("groupsize", "--set expects key=value"),
     ],
 )

@@ -42,6 +42,17 @@ class TablePolicy:
             index[row, : len(c)] = torch.tensor(c)
         return table[index] * mask, mask
 
+    def token_logprobs_entropy(self, adapter, prompt_ids, completion_ids, temperature=1.0):
+        """The entropy of a position is made up: 1 where the token is FORK, 0 elsewhere."""
+        lp, mask = self.token_logprobs(adapter, prompt_ids, completion_ids, temperature)
+        entropy = torch.zeros_like(mask)
+        for row, c in enumerate(completion_ids):
+            entropy[row, : len(c)] = torch.tensor([float(t == FORK) for t in c])
+        return lp, entropy, mask
+
+
+FORK = 3
+
 
 def episodes(rewards: dict[str, list[float]]) -> list[Episode]:
     """One coder turn per episode, of 1 to 5 tokens, with behaviour log-probs away from the policy's (so the
@@ -237,3 +248,97 @@ def test_anchored_turns_add_only_their_kl_and_do_not_dilute_the_learned_ones():
     assert "train/coder/anchored_turns" not in without_kl.update(eps, ("coder",), step=0)
     only_anchors = learner(*sets, "algorithm.anchor_unlearned=true")
     assert only_anchors.update(episodes({"t2": [0.4] * 4}), ("coder",), step=0)["train/coder/skipped"] == 1.0
+
+
+def test_top_entropy_quantile_learns_on_the_forking_tokens_only():
+    """algorithm.top_entropy_quantile < 1: the policy gradient comes from the learned turns' highest-entropy
+    tokens (here the FORK tokens: 2 of 21, so the top 5% are they), averaged over all their tokens; the
+    other tokens and anchored turns keep their KL. Checked against grpo_loss with that token mask by hand."""
+    eps = episodes({"t1": [1.0, 0.0, 0.5, 0.2], "t2": [0.0, 1.0, 0.3, 0.9]})
+    sets = ["algorithm.max_grad_norm=1e9", "algorithm.kl_coef=0"]
+    forks = learner(*sets, "algorithm.top_entropy_quantile=0.05")
+    stats = forks.update(eps, ("coder",), step=0)
+    turns = [e.turns[0] for e in eps]
+    n_tokens = sum(len(t.completion_ids) for t in turns)
+    n_forks = sum(t.completion_ids.count(FORK) for t in turns)
+    assert (n_forks, n_tokens) == (2, 21)
+    assert stats["train/coder/policy_token_fraction"] == pytest.approx(n_forks / n_tokens)
+    assert stats["train/coder/entropy"] == pytest.approx(n_forks / n_tokens)
+    got = forks.policies["default"].model.logits.grad
+
+    start = TablePolicy()
+    adv = learner().turn_advantages(eps, ("coder",))["coder"]
+    logp, mask = start.token_logprobs("coder", [], [t.completion_ids for t in turns], 0.7)
+    width = logp.shape[1]
+    old = torch.tensor([t.logprobs + [0.0] * (width - len(t.logprobs)) for t in turns])
+    is_fork = torch.tensor(
+        [[float(i == FORK) for i in t.completion_ids + [0] * (width - len(t.completion_ids))] for t in turns]
+    )
+    out = grpo_loss(
+        logp,
+        old,
+        torch.tensor([adv[(i, 0)] for i in range(len(eps))], dtype=torch.float64),
+        mask,
+        clip_high=0.28,
+        policy_mask=is_fork.bool(),
+    )
+    out.loss.backward()
+    assert got is not None and got.abs().max() > 1e-4
+    assert torch.allclose(got, start.model.logits.grad, rtol=1e-5, atol=1e-10)
+    everything = learner(*sets)
+    everything.update(eps, ("coder",), step=0)
+    assert not torch.allclose(got, everything.policies["default"].model.logits.grad, atol=1e-4)
+
+
+def on_policy(eps: list[Episode]) -> list[Episode]:
+    """The episodes with their behaviour log-probs set to the starting policy's (PPO's ratio starts at 1)."""
+    start = TablePolicy()
+    for e in eps:
+        for turn in e.turns:
+            logp, _ = start.token_logprobs("coder", [], [turn.completion_ids], 0.7)
+            turn.logprobs = logp[0].tolist()
+    return eps
+
+
+def test_target_kl_stops_the_update_once_the_policy_moved_that_far():
+    """A step whose approx_kl (the policy against the sampler) exceeds 1.5 x target_kl is not taken, nor any
+    after it: on-policy turns take the first step (approx_kl 0) and stop at the second with a tiny target;
+    with a large one every step is taken, as without."""
+    eps = on_policy(episodes({"t1": [1.0, 0.0, 0.5, 0.2], "t2": [0.0, 1.0, 0.3, 0.9]}))
+    sets = ["algorithm.minibatches=4", "algorithm.ppo_epochs=2"]
+    tiny, loose, plain = (
+        learner(*sets, *more) for more in (["algorithm.target_kl=1e-12"], ["algorithm.target_kl=10"], [])
+    )
+    stopped = tiny.update(eps, ("coder",), step=0)
+    assert stopped["train/coder/stopped_at"] == 1 / 8
+    assert "train/coder/stopped_at" not in loose.update(eps, ("coder",), step=0)
+    plain.update(eps, ("coder",), step=0)
+    one_step = learner("algorithm.minibatches=4", "algorithm.ppo_epochs=1")
+    one_step.update(eps, ("coder",), step=0)  # the same first step (same shuffle), then three more
+    moved = {
+        k: lrn.policies["default"].model.logits.detach()
+        for k, lrn in {"tiny": tiny, "loose": loose, "plain": plain, "one": one_step}.items()
+    }
+    assert torch.equal(moved["loose"], moved["plain"])
+    first = TablePolicy().model.logits.detach()
+    assert not torch.equal(moved["tiny"], first)  # one step was taken
+    assert not torch.equal(moved["tiny"], moved["plain"])
+    assert 0 < stopped["train/coder/approx_kl_max"]
+
+
+def test_lr_warmup_scales_the_first_steps_and_then_reaches_the_rate():
+    """Adam's first step moves every weight by about lr whatever the gradient's size; with lr_warmup_steps N
+    the k-th step of a role runs at lr x k / N, then at lr."""
+    eps = episodes({"t1": [1.0, 0.0, 0.5, 0.2]})
+    start = TablePolicy().model.logits.detach().clone()
+    full, warm = learner(), learner("algorithm.lr_warmup_steps=4")
+    lr = full.cfg.algorithm.lr
+    full.update(eps, ("coder",), step=0)
+    warm.update(eps, ("coder",), step=0)
+    step_full = (full.policies["default"].model.logits.detach() - start).abs()
+    step_warm = (warm.policies["default"].model.logits.detach() - start).abs()
+    assert step_full.max() == pytest.approx(lr, rel=1e-3)
+    assert step_warm.max() == pytest.approx(lr / 4, rel=1e-3)
+    for _ in range(4):
+        warm.update(eps, ("coder",), step=1)
+    assert [g["lr"] for g in warm.optimizers["coder"].param_groups] == [lr]

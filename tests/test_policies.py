@@ -405,6 +405,31 @@ def test_token_logprobs_match_generation_and_only_adapter_gets_grad(built: Path)
     assert all(p.grad is None for p in policy.model.parameters() if id(p) not in {id(q) for q in coder})
 
 
+def test_token_entropy_is_the_next_token_distributions_and_log_probs_are_unchanged(built: Path) -> None:
+    policy = _policy(built, "coder")
+    _perturb(policy, "coder", seed=5)
+    prompts = [p for p, _ in _copy_corpus(6)]
+    gens = policy.generate([GenerationRequest(p, "coder", 10, 1.0) for p in prompts])
+    ids = ([g.prompt_ids for g in gens], [g.completion_ids for g in gens])
+    for temperature in (1.0, 0.5):
+        lp, mask = policy.token_logprobs("coder", *ids, temperature)
+        lp2, entropy, mask2 = policy.token_logprobs_entropy("coder", *ids, temperature)
+        assert torch.equal(lp, lp2) and torch.equal(mask, mask2)
+        assert not entropy.requires_grad and torch.all(entropy[mask == 0] == 0)
+        for row, g in enumerate(gens):  # scored one token at a time, from the full sequence's logits
+            seq = torch.tensor([g.prompt_ids + g.completion_ids])
+            with torch.no_grad(), policy._use("coder"):
+                logits = policy.model(input_ids=seq).logits[0].float()
+            n, start = len(g.completion_ids), len(g.prompt_ids)
+            dist = torch.softmax(logits[start - 1 : start - 1 + n] / temperature, dim=-1)
+            want = -(dist * dist.clamp_min(1e-30).log()).sum(-1)
+            assert torch.allclose(entropy[row, :n], want, atol=1e-4)
+        assert (
+            entropy[mask != 0].std() > 0.01
+        )  # it varies from token to token (an untrained base: near uniform)
+    assert [t.shape for t in policy.token_logprobs_entropy("coder", [[1]], [[]])] == [(1, 0)] * 3
+
+
 def test_adapter_bookkeeping(built: Path) -> None:
     policy = _policy(built, "coder", "reviewer")
     assert policy.adapter_names == ["coder", "reviewer"]

@@ -117,6 +117,7 @@ def grpo_loss(
     aggregation: str = "token_mean",
     num_tokens: float | None = None,
     is_weight: torch.Tensor | None = None,
+    policy_mask: torch.Tensor | None = None,
 ) -> LossOutput:
     """Clipped GRPO surrogate with an optional k3 KL penalty toward a reference policy.
 
@@ -126,6 +127,9 @@ def grpo_loss(
     ``is_weight`` [B, T] (off-policy samples): each token's ``-obj`` is multiplied by it (decoupled PPO with
     truncated importance sampling: ``old_logp`` is then the proximal policy's, the weights
     ``min(pi_prox / pi_behaviour, cap)``, computed by the caller); the KL term is not weighted.
+    ``policy_mask`` [B, T] bool: the tokens whose policy term counts (the others keep their KL term only,
+    and still count in the divisor), as in training on the high-entropy minority of tokens (Wang et al.
+    2025; TRL's ``top_entropy_quantile``).
 
     Shapes: logp, old_logp, ref_logp, mask [B, T] (mask bool or 0/1); advantages [B].
     aggregation: ``"token_mean"`` sums over all masked tokens and divides by their count (DAPO);
@@ -136,8 +140,11 @@ def grpo_loss(
     Gradients flow only through ``logp``. Stats are detached floats: ``policy_loss`` (the policy part of
     ``loss``, same aggregation and divisor), and, as plain means over this batch's masked tokens, ``kl``
     (0 without ref_logp), ``clip_fraction`` (tokens whose gradient the clip removed; also split into
-    ``clip_fraction_low``/``clip_fraction_high``), ``ratio_mean``, ``entropy_proxy`` (mean -logp);
-    ``num_tokens`` is this batch's masked token count.
+    ``clip_fraction_low``/``clip_fraction_high``), ``ratio_mean``, ``entropy_proxy`` (mean -logp),
+    ``approx_kl`` (mean ``(ratio - 1) - log ratio``: how far the policy moved from ``old_logp``, as PPO
+    implementations measure it for early stopping) and ``approx_kl_max`` (its largest token's value);
+    ``num_tokens`` is this batch's masked token count; with ``policy_mask``, ``policy_token_fraction`` is the
+    share of them whose policy term counted.
     """
     _check_choice("aggregation", aggregation, AGGREGATIONS)
     if logp.dim() != 2:
@@ -147,6 +154,8 @@ def grpo_loss(
     _check_token_tensor("mask", mask, shape)
     if ref_logp is not None:
         _check_token_tensor("ref_logp", ref_logp, shape)
+    if policy_mask is not None:
+        _check_token_tensor("policy_mask", policy_mask, shape)
     if is_weight is not None:
         _check_token_tensor("is_weight", is_weight, shape)
         if bool((is_weight < 0).any()):
@@ -196,7 +205,8 @@ def grpo_loss(
     obj = torch.minimum(ratio * adv, clipped_ratio * adv)
     if is_weight is not None:
         obj = obj * torch.where(mask, is_weight.detach().to(dtype), zero)
-    policy_tok = torch.where(mask, -obj, zero)
+    counted = mask if policy_mask is None else mask & (policy_mask != 0)
+    policy_tok = torch.where(counted, -obj, zero)
     if ref_logp is not None:
         ref_logp = torch.where(mask, ref_logp.detach().to(dtype), zero)
         kl_tok = torch.where(mask, kl_k3(logp, ref_logp), zero)
@@ -218,6 +228,7 @@ def grpo_loss(
     with torch.no_grad():
         n_tok = int(mask.sum().item())
         denom = max(n_tok, 1)
+        moved = (ratio - 1) - (logp - old_logp)
         clipped_low = mask & (ratio < 1 - clip_low) & (adv < 0)
         clipped_high = mask & (ratio > 1 + clip_high) & (adv > 0)
         stats = {
@@ -228,6 +239,10 @@ def grpo_loss(
             "clip_fraction_high": clipped_high.sum().item() / denom,
             "ratio_mean": torch.where(mask, ratio, zero).sum().item() / denom,
             "entropy_proxy": -logp.sum().item() / denom,
+            "approx_kl": torch.where(mask, moved, zero).sum().item() / denom,
+            "approx_kl_max": torch.where(mask, moved, zero).max().item() if n_tok else 0.0,
             "num_tokens": float(n_tok),
         }
+        if policy_mask is not None:
+            stats["policy_token_fraction"] = counted.sum().item() / denom
     return LossOutput(loss=loss, stats=stats)

@@ -78,6 +78,30 @@ class AlgorithmConfig(Strict):
         "vLLM): PPO's ratio starts from the learner's log-probs under the current adapter (pi_prox) and "
         "each token's loss is weighted by min(pi_prox / pi_behaviour, is_cap)",
     )
+    top_entropy_quantile: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="the fraction of each micro-batch's learned tokens, those whose next-token distribution "
+        "has the highest entropy under the policy being updated (forking tokens), whose policy gradient "
+        "counts; the rest keep their KL term only. 1: every token (plain GRPO); 0.2: the high-entropy "
+        "minority (Wang et al. 2025, 'Beyond the 80/20 rule'; TRL's top_entropy_quantile)",
+    )
+    target_kl: float | None = Field(
+        None,
+        gt=0,
+        description="early stopping of a role's update (as Stable-Baselines3's PPO): where an optimizer "
+        "step's approx_kl (mean (ratio - 1) - log ratio over its tokens, the policy against the one that "
+        "sampled the turns) exceeds 1.5 x target_kl, that step and the rest of the role's update on this "
+        "batch are skipped (train/<role>/stopped_at: the fraction of its steps taken). None: never",
+    )
+    lr_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="each role's learning rate rises linearly over its first N optimizer steps (lr x k / N "
+        "at its k-th), so Adam's first steps, which move every adapter weight by about lr whatever the "
+        "gradient's size, do not throw a few tokens' log-probs far past PPO's clip. 0: the full rate at once",
+    )
     ppo_epochs: int = Field(2, ge=1, description="passes over each batch of episodes")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (the turns split evenly)")
     micro_batch: int = Field(64, ge=1)

@@ -432,6 +432,37 @@ class HFPolicy(LoraAdapterMixin):
         Same numerics as ``generate`` (``log_softmax(logits / T)``, T=1 for greedy). Differentiable
         w.r.t. the adapter's LoRA weights when grad is enabled.
         """
+        dist, ids, mask = self._completion_log_softmax(adapter, prompt_ids, completion_ids, temperature)
+        if dist is None:
+            return mask, mask.clone()
+        return dist.gather(-1, ids[..., None])[..., 0] * mask, mask
+
+    def token_logprobs_entropy(
+        self,
+        adapter: str | None,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        temperature: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As :meth:`token_logprobs`, with the [B, Tc] entropy of the next-token distribution at each
+        completion position (``-sum p log p`` of ``softmax(logits / T)``; detached, 0 at padding) between
+        the log-probs and the mask: where the policy hesitates (forking tokens) and where it does not."""
+        dist, ids, mask = self._completion_log_softmax(adapter, prompt_ids, completion_ids, temperature)
+        if dist is None:
+            return mask, mask.clone(), mask.clone()
+        with torch.no_grad():
+            entropy = -(dist.exp() * dist).sum(-1) * mask
+        return dist.gather(-1, ids[..., None])[..., 0] * mask, entropy, mask
+
+    def _completion_log_softmax(
+        self,
+        adapter: str | None,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        temperature: float,
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """``log_softmax(logits / T)`` [B, Tc, V] at each completion position (None when there is no
+        completion token), the completion ids [B, Tc] and their float mask [B, Tc]."""
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(
                 f"{len(prompt_ids)} prompts but {len(completion_ids)} completions: pass one per prompt"
@@ -443,7 +474,8 @@ class HFPolicy(LoraAdapterMixin):
         tc = max((len(c) for c in completion_ids), default=0)
         device = self.base.device
         if batch == 0 or tc == 0:
-            return torch.zeros(batch, tc, device=device), torch.zeros(batch, tc, device=device)
+            empty = torch.zeros(batch, tc, device=device)
+            return None, empty.long(), empty
         # Prompts left-padded and completions right-padded so every completion starts at column `width`.
         ids = torch.full((batch, width + tc), self._pad_id, dtype=torch.long)
         attn = torch.zeros_like(ids)
@@ -460,9 +492,7 @@ class HFPolicy(LoraAdapterMixin):
             ).logits
         logits = logits[:, -(tc + 1) : -1].float()
         scale = temperature if temperature > 0 else 1.0
-        mask = attn[:, width:].float()
-        lp = F.log_softmax(logits / scale, dim=-1).gather(-1, ids[:, width:, None])[..., 0]
-        return lp * mask, mask
+        return F.log_softmax(logits / scale, dim=-1), ids[:, width:], attn[:, width:].float()
 
     def last_hidden_states(self, adapter: str | None, sequences: list[list[int]]) -> torch.Tensor:
         """[B, H] the base model's final hidden state (after its last norm) at each sequence's last token,

@@ -204,9 +204,12 @@ class Learner:
             minibatches = [order[i : i + size] for i in range(0, len(order), size)]
             agg: dict[str, float] = {}
             steps = a.ppo_epochs * len(minibatches)
-            for _ in range(a.ppo_epochs):
-                for minibatch in minibatches:
-                    self._step(policy, role, opt, minibatch, agg, weight=1.0 / steps)
+            taken = 0
+            for minibatch in [m for _ in range(a.ppo_epochs) for m in minibatches]:
+                if not self._step(policy, role, opt, minibatch, agg, weight=1.0 / steps):
+                    stats[f"train/{role}/stopped_at"] = taken / steps  # target_kl: the policy moved enough
+                    break
+                taken += 1
             stats["perf/learner_tokens"] += a.ppo_epochs * sum(
                 len(s.turn.prompt_ids) + len(s.turn.completion_ids) for s in items
             )
@@ -226,8 +229,9 @@ class Learner:
         batch: list[_Sample],
         agg: dict[str, float],
         weight: float,
-    ) -> None:
-        """One optimizer step on ``batch`` (micro-batched; token-mean loss over the whole batch)."""
+    ) -> bool:
+        """One optimizer step on ``batch`` (micro-batched; token-mean loss over the whole batch); False, and
+        no step, where its approx_kl exceeds 1.5 x ``algorithm.target_kl``."""
         a = self.cfg.algorithm
         # the token mean runs over the learned turns' tokens: anchored turns (no advantage, KL only: see
         # AlgorithmSettings.anchor_unlearned) add their KL without diluting the others' policy gradient
@@ -235,13 +239,20 @@ class Learner:
         total_tokens = float(sum(len(s.turn.completion_ids) for s in learned))
         all_tokens = float(sum(len(s.turn.completion_ids) for s in batch))
         opt.zero_grad(set_to_none=True)
+        moved = 0.0  # this step's approx_kl over its tokens
         for chunk in micro_batches(batch, a.micro_batch, a.micro_batch_tokens, sample_length):
-            logp, mask = policy.token_logprobs(
-                role,
-                [s.turn.prompt_ids for s in chunk],
-                [s.turn.completion_ids for s in chunk],
-                self.temperature(role),
-            )
+            prompts, completions = [s.turn.prompt_ids for s in chunk], [s.turn.completion_ids for s in chunk]
+            forks = None
+            if a.top_entropy_quantile < 1:
+                logp, entropy, mask = policy.token_logprobs_entropy(
+                    role, prompts, completions, self.temperature(role)
+                )
+                forks = _forking_tokens(
+                    entropy, mask, [abs(s.advantage) > 1e-8 for s in chunk], a.top_entropy_quantile
+                )
+                agg["entropy"] = agg.get("entropy", 0.0) + weight * float((entropy * mask).sum() / all_tokens)
+            else:
+                logp, mask = policy.token_logprobs(role, prompts, completions, self.temperature(role))
             width, device = logp.shape[1], logp.device
             out = grpo_loss(
                 logp,
@@ -254,18 +265,30 @@ class Learner:
                 clip_high=a.clip_high,
                 kl_coef=a.kl_coef,
                 num_tokens=total_tokens,
+                policy_mask=forks,
             )
             out.loss.backward()
             # policy_loss is already this chunk's part of the batch's token mean (divided by
             # total_tokens): the chunks' values add up to it. The other stats are means over the chunk's
             # own tokens, so they are weighted by its share of the tokens.
             share = out.stats["num_tokens"] / all_tokens
+            moved += out.stats["approx_kl"] * share
             for k, v in out.stats.items():
-                if k != "num_tokens":
+                if k.endswith("_max"):
+                    agg[k] = max(agg.get(k, 0.0), v)
+                elif k != "num_tokens":
                     agg[k] = agg.get(k, 0.0) + weight * (v if k == "policy_loss" else v * share)
+        if a.target_kl is not None and moved > 1.5 * a.target_kl:
+            opt.zero_grad(set_to_none=True)
+            return False
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.adapter_parameters(role), a.max_grad_norm)
+        if a.lr_warmup_steps:
+            taken = max((int(st["step"]) for st in opt.state.values() if "step" in st), default=0)
+            for group in opt.param_groups:
+                group["lr"] = a.lr * min(1.0, (taken + 1) / a.lr_warmup_steps)
         opt.step()
         agg["grad_norm"] = agg.get("grad_norm", 0.0) + float(grad_norm) * weight
+        return True
 
     def temperature(self, role: str) -> float:
         """The temperature ``role`` samples at (its seat's, else the algorithm's): its log-probs' too."""
@@ -404,6 +427,19 @@ def micro_batches(
     if chunk:
         out.append(chunk)
     return out
+
+
+def _forking_tokens(
+    entropy: torch.Tensor, mask: torch.Tensor, learned: list[bool], quantile: float
+) -> torch.Tensor:
+    """[B, T] bool: of the learned rows' tokens, the ``quantile`` fraction with the highest entropy (ties at
+    the threshold kept); rows not learned (anchored turns) get none."""
+    rows = torch.tensor(learned, dtype=torch.bool, device=mask.device)[:, None]
+    candidates = (mask != 0) & rows
+    if not bool(candidates.any()):
+        return candidates
+    threshold = torch.quantile(entropy[candidates].float(), 1.0 - quantile)
+    return candidates & (entropy >= threshold)
 
 
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
