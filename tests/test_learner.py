@@ -324,6 +324,8 @@ def test_target_kl_stops_the_update_once_the_policy_moved_that_far():
     assert not torch.equal(moved["tiny"], first)  # one step was taken
     assert not torch.equal(moved["tiny"], moved["plain"])
     assert 0 < stopped["train/coder/approx_kl_max"]
+    # its logged means are over the two steps measured (the second refused): ratio_mean stays near 1
+    assert stopped["train/coder/ratio_mean"] == pytest.approx(1.0, abs=0.05)
 
 
 def test_lr_warmup_scales_the_first_steps_and_then_reaches_the_rate():
