@@ -75,6 +75,23 @@ def test_update_changes_exactly_the_trained_adapter(small_cfg, tmp_path):
     assert "train/coder/kl" in stats
 
 
+def test_an_update_on_the_forking_tokens_with_warmup_and_target_kl_runs_on_the_real_model(tmp_path):
+    more = ["algorithm.top_entropy_quantile=0.2", "algorithm.lr_warmup_steps=100", "algorithm.target_kl=0.5"]
+    cfg = load_config(overrides=SMALL + more + [f"policies.default.embedded.cache_dir={tmp_path / 'cache'}"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    trainer.sft_roles()
+    episodes = trainer.rollout(trainer.suite.fixed_set("train", 2), 2)
+    for ep in episodes:
+        ep.rewards = {r: float(ep.group) for r in ep.rewards}
+    before = trainer.fingerprints()
+    stats = trainer.update(episodes, ("coder",))
+    assert {k for k, v in trainer.fingerprints().items() if v != before[k]} == {"coder"}
+    assert 0 < stats["train/coder/policy_token_fraction"] <= 0.5  # a fifth of the learned tokens, ties kept
+    assert stats["train/coder/entropy"] > 0 and stats["train/coder/approx_kl_max"] >= 0
+    lr = [g["lr"] for g in trainer.learner.optimizers["coder"].param_groups]
+    assert 0 < lr[0] <= cfg.algorithm.lr * 8 / 100  # warming up: one update takes at most 8 steps
+
+
 def test_a_changed_frozen_role_is_caught(small_cfg, tmp_path):
     import torch
 
