@@ -228,7 +228,7 @@ def grpo_loss(
     with torch.no_grad():
         n_tok = int(mask.sum().item())
         denom = max(n_tok, 1)
-        moved = (ratio - 1) - (logp - old_logp)
+        moved = torch.where(mask, (ratio - 1) - (logp - old_logp), zero)
         clipped_low = mask & (ratio < 1 - clip_low) & (adv < 0)
         clipped_high = mask & (ratio > 1 + clip_high) & (adv > 0)
         stats = {
@@ -239,8 +239,8 @@ def grpo_loss(
             "clip_fraction_high": clipped_high.sum().item() / denom,
             "ratio_mean": torch.where(mask, ratio, zero).sum().item() / denom,
             "entropy_proxy": -logp.sum().item() / denom,
-            "approx_kl": torch.where(mask, moved, zero).sum().item() / denom,
-            "approx_kl_max": torch.where(mask, moved, zero).max().item() if n_tok else 0.0,
+            "approx_kl": moved.sum().item() / denom,
+            "approx_kl_max": moved.max().item() if n_tok else 0.0,
             "num_tokens": float(n_tok),
         }
         if policy_mask is not None:

@@ -208,8 +208,12 @@ class Learner:
             for minibatch in [m for _ in range(a.ppo_epochs) for m in minibatches]:
                 if not self._step(policy, role, opt, minibatch, agg, weight=1.0 / steps):
                     stats[f"train/{role}/stopped_at"] = taken / steps  # target_kl: the policy moved enough
-                    # the means were weighted for every step: rescale them to the steps measured
-                    agg = {k: v if k.endswith("_max") else v * steps / (taken + 1) for k, v in agg.items()}
+                    # the means were weighted for every step: rescale them to the steps measured (the
+                    # refused one's forward included), grad_norm to the steps taken
+                    agg = {
+                        k: v if k.endswith("_max") else v * steps / (taken if k == "grad_norm" else taken + 1)
+                        for k, v in agg.items()
+                    }
                     break
                 taken += 1
             stats["perf/learner_tokens"] += a.ppo_epochs * sum(
