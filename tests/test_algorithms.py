@@ -48,6 +48,24 @@ def test_group_advantages_scale_none_and_int_rewards():
     close(adv, [0.5, -0.5, 0.5, -0.5, 0.0, 0.0])
 
 
+def test_group_advantages_against_a_greedy_baseline_hand_computed():
+    # group a: greedy (first) 0.5, samples 1, 0, 0.5 -> 0.5, -0.5, 0 (greedy 0); mean 0.5 would agree here,
+    # so group b has greedy 0 among samples 1, 1, 0: r - 0 = 1, 1, 0 against r - mean 0.5 = .5, .5, -.5;
+    # group c has no greedy member: its mean (1 -> +0.5, 0 -> -0.5); group d is all equal: 0
+    rewards = t([0.5, 1, 0, 0.5, 0, 1, 1, 0, 1, 0, 3, 3])
+    ids = ["a"] * 4 + ["b"] * 4 + ["c"] * 2 + ["d"] * 2
+    greedy = torch.tensor([1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0], dtype=torch.bool)
+    adv = group_relative_advantages(rewards, ids, scale="none", baseline_mask=greedy)
+    close(adv, [0, 0.5, -0.5, 0, 0, 1, 1, 0, 0.5, -0.5, 0, 0])
+    # std: the same shifts over each group's own std around its mean (b: std of [0, 1, 1, 0] = 0.57735)
+    adv = group_relative_advantages(rewards, ids, baseline_mask=greedy)
+    close(adv[4:8], [0, 1 / 0.57735, 1 / 0.57735, 0], atol=1e-4)
+    with pytest.raises(ValueError, match="baseline_mask has shape"):
+        group_relative_advantages(rewards, ids, baseline_mask=greedy[:3])
+    with pytest.raises(ValueError, match="bool tensor"):
+        group_relative_advantages(rewards, ids, baseline_mask=greedy.float())
+
+
 def test_group_advantages_validation():
     with pytest.raises(ValueError, match="scale='group'"):
         group_relative_advantages(t([1, 2]), [0, 0], scale="group")

@@ -38,6 +38,8 @@ def test_defaults_are_the_main_job():
             "algorithm.lr_warmup_steps=-1",
             "algorithm.lr_warmup_steps: Input should be greater than or equal to 0",
         ),
+        ("algorithm.baseline=greedy", "it needs algorithm.greedy_episodes >= 1 (got 0)"),
+        ("algorithm.baseline=median", "algorithm.baseline: Input should be 'mean' or 'greedy'"),
         ("groupsize", "--set expects key=value"),
     ],
 )
@@ -45,6 +47,13 @@ def test_bad_values_name_the_key_and_the_fix(override, needle):
     with pytest.raises(ConfigError) as err:
         load_config(overrides=[override])
     assert needle in str(err.value)
+
+
+def test_a_greedy_baseline_needs_a_group_s_greedy_episode_and_no_critic():
+    sets = ["algorithm.baseline=greedy", "algorithm.greedy_episodes=1"]
+    assert load_config(overrides=sets).algorithm.baseline == "greedy"
+    with pytest.raises(ConfigError, match="got ppo_critic: its baseline is the critic's value"):
+        load_config(overrides=[*sets, "algorithm.name=ppo_critic"])
 
 
 def test_yaml_changes_one_field_and_keeps_the_rest(tmp_path):

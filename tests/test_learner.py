@@ -107,6 +107,26 @@ def test_positive_and_negative_weights_scale_their_side_only(pos, neg):
     assert stats["train/coder/turns"] == kept
 
 
+def test_a_greedy_baseline_credits_samples_against_the_group_s_greedy_episode():
+    eps = episodes({"t1": [0.0, 1.0, 1.0, 0.0], "t2": [1.0, 1.0, 0.0, 1.0]})
+    for ep in (eps[0], eps[4]):  # each task's first episode is its greedy anchor
+        ep.turns[0].greedy = True
+    mean = learner("algorithm.greedy_episodes=1", "algorithm.scale=none").turn_advantages(eps, ("coder",))
+    remax = learner(
+        "algorithm.greedy_episodes=1", "algorithm.scale=none", "algorithm.baseline=greedy"
+    ).turn_advantages(eps, ("coder",))
+    assert [mean["coder"][(i, 0)] for i in range(8)] == pytest.approx(
+        [-0.5, 0.5, 0.5, -0.5, 0.25, 0.25, -0.75, 0.25]
+    )
+    # greedy failed t1: the samples that solved it are credited 1, the one that failed too 0; greedy solved
+    # t2: only the failing sample is pushed down; the greedy episodes carry no policy gradient
+    assert [remax["coder"][(i, 0)] for i in range(8)] == pytest.approx([0, 1, 1, 0, 0, 0, -1, 0])
+    stats = learner(
+        "algorithm.greedy_episodes=1", "algorithm.scale=none", "algorithm.baseline=greedy"
+    ).update(eps, ("coder",), step=0)
+    assert stats["train/coder/turns"] == 3.0
+
+
 def test_only_the_unequal_groups_are_trained_on():
     eps = episodes({"t1": [0.7] * 4, "t2": [1.0, 0.0, 0.5, 0.0]})
     stats = learner().update(eps, ("coder",), step=0)

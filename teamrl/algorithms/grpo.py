@@ -41,10 +41,19 @@ def _group_index(group_ids: GroupIds, n: int, device: torch.device) -> tuple[tor
 
 
 def group_relative_advantages(
-    rewards: torch.Tensor, group_ids: GroupIds, scale: str = "std", eps: float = 1e-6
+    rewards: torch.Tensor,
+    group_ids: GroupIds,
+    scale: str = "std",
+    eps: float = 1e-6,
+    baseline_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GRPO advantages: ``(r_i - group mean) / (group std + eps)`` with ``scale="std"``,
     or ``r_i - group mean`` with ``scale="none"``.
+
+    ``baseline_mask`` ([N] bool): the members whose mean reward is their group's baseline instead of the
+    whole group's mean, e.g. the group's greedy episode (ReMax: Li et al., ICML 2024): a sample is then
+    credited by what it did better or worse than greedy decoding, and the greedy members get 0. A group
+    with no masked member keeps its mean. The std (``scale="std"``) is the group's, around its mean.
 
     The std is the unbiased one (as TRL's ``torch.std``). A group whose rewards are all equal (a group of
     size 1 among them) gets exactly 0, so the learner's ``|A| <= 1e-8`` filter drops it: the statistics
@@ -64,6 +73,13 @@ def group_relative_advantages(
         bad = torch.nonzero(~torch.isfinite(rewards)).flatten().tolist()
         raise ValueError(f"rewards at positions {bad} are not finite; a NaN/inf would poison its whole group")
     index, num_groups = _group_index(group_ids, rewards.numel(), rewards.device)
+    if baseline_mask is not None and (
+        baseline_mask.dtype != torch.bool or tuple(baseline_mask.shape) != tuple(rewards.shape)
+    ):
+        raise ValueError(
+            f"baseline_mask has shape {tuple(baseline_mask.shape)} and dtype {baseline_mask.dtype}; "
+            f"expected a bool tensor of shape {tuple(rewards.shape)}, one flag per reward"
+        )
 
     counts = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(
         0, index, torch.ones_like(rewards)
@@ -74,12 +90,19 @@ def group_relative_advantages(
     equal = (lowest == highest)[index]
     zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
     centered = torch.where(equal, zero, rewards - (sums / counts)[index])
+    shifted = centered
+    if baseline_mask is not None:
+        mask = baseline_mask.to(rewards.device).to(rewards.dtype)
+        n_base = torch.zeros_like(counts).index_add_(0, index, mask)
+        base = torch.zeros_like(counts).index_add_(0, index, rewards * mask) / n_base.clamp(min=1)
+        own = (n_base > 0)[index]
+        shifted = torch.where(equal, zero, torch.where(own, rewards - base[index], centered))
     if scale == "none":
-        return centered.to(out_dtype)
+        return shifted.to(out_dtype)
     sq = torch.zeros_like(counts).index_add_(0, index, centered.square())
     std = (sq / (counts - 1).clamp(min=1)).sqrt()[index]
     # where() rather than + eps alone: with eps=0 an equal group would be 0 / 0.
-    return torch.where(equal, zero, centered / (std + eps)).to(out_dtype)
+    return torch.where(equal, zero, shifted / (std + eps)).to(out_dtype)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

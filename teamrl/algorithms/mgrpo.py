@@ -11,18 +11,28 @@ from teamrl.algorithms.grpo import GroupIds, group_relative_advantages
 
 
 def team_relative_advantages(
-    team_rewards: torch.Tensor, group_ids: GroupIds, scale: str = "std", eps: float = 1e-6
+    team_rewards: torch.Tensor,
+    group_ids: GroupIds,
+    scale: str = "std",
+    eps: float = 1e-6,
+    baseline_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """M-GRPO team advantages: group-relative over the G teams (episodes) of one task.
 
     team_rewards: [E] one shared reward per episode; group_ids: one id per episode (e.g. its task id).
     Returns [E]; give every role's turns their episode's value with ``broadcast_episode_advantages``.
     """
-    return group_relative_advantages(team_rewards, group_ids, scale=scale, eps=eps)
+    return group_relative_advantages(
+        team_rewards, group_ids, scale=scale, eps=eps, baseline_mask=baseline_mask
+    )
 
 
 def role_relative_advantages(
-    role_rewards: dict[str, torch.Tensor], group_ids: GroupIds, scale: str = "std", eps: float = 1e-6
+    role_rewards: dict[str, torch.Tensor],
+    group_ids: GroupIds,
+    scale: str = "std",
+    eps: float = 1e-6,
+    baseline_mask: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Per-role GRPO: for each role separately, advantages of its reward across the episodes of a task.
 
@@ -35,7 +45,7 @@ def role_relative_advantages(
             f"role_rewards have differing shapes {lengths}; give every role one reward per episode"
         )
     return {
-        role: group_relative_advantages(rewards, group_ids, scale=scale, eps=eps)
+        role: group_relative_advantages(rewards, group_ids, scale=scale, eps=eps, baseline_mask=baseline_mask)
         for role, rewards in role_rewards.items()
     }
 

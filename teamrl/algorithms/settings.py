@@ -42,6 +42,14 @@ class AlgorithmConfig(Strict):
         "kept where it does better, so that RL moves the greedy policy too. Learned on-policy from the "
         "learner's own log-probs (importance weight 1)",
     )
+    baseline: Literal["mean", "greedy"] = Field(
+        "mean",
+        description="grpo, mgrpo: what a sample's reward is compared with in its task's group. mean: the "
+        "group's mean (GRPO); greedy: the reward of the group's greedy episodes (greedy_episodes >= 1; "
+        "ReMax, Li et al., ICML 2024), so a sample is pushed up where it beats greedy decoding and down "
+        "where it loses to it, and the greedy episodes themselves carry no policy gradient. scale: std "
+        "still divides by the group's std",
+    )
     positive_weight: float = Field(
         1.0,
         ge=0,
@@ -148,6 +156,12 @@ class AlgorithmConfig(Strict):
             raise ValueError(
                 f"greedy_episodes ({self.greedy_episodes}) must be below group_size ({self.group_size}): "
                 "a group needs sampled episodes beside its greedy anchor"
+            )
+        if self.baseline == "greedy" and (self.greedy_episodes < 1 or self.name == "ppo_critic"):
+            raise ValueError(
+                "algorithm.baseline=greedy compares each sample with its group's greedy episode: it needs "
+                f"algorithm.greedy_episodes >= 1 (got {self.greedy_episodes}) and grpo or mgrpo (got "
+                f"{self.name}: its baseline is the critic's value)"
             )
         if any(b < 2 for b in self.tree):
             raise ValueError(f"algorithm.tree {self.tree}: every branching factor must be at least 2")

@@ -77,13 +77,19 @@ class Learner:
     def advantages(self, episodes: list[Episode], roles: tuple[str, ...]) -> dict[str, torch.Tensor]:
         groups = [e.task_id for e in episodes]
         a = self.cfg.algorithm
+        # ReMax's baseline: a group's greedy anchor (its trained turns decoded at temperature 0)
+        base = (
+            torch.tensor([any(t.greedy for t in e.turns) for e in episodes])
+            if a.baseline == "greedy"
+            else None
+        )
         if a.name == "mgrpo":
             team = team_relative_advantages(
-                torch.tensor([team_reward(e) for e in episodes]), groups, scale=a.scale
+                torch.tensor([team_reward(e) for e in episodes]), groups, scale=a.scale, baseline_mask=base
             )
             return {r: team for r in roles}
         rewards = {r: torch.tensor([e.rewards.get(r, 0.0) for e in episodes]) for r in roles}
-        return role_relative_advantages(rewards, groups, scale=a.scale)
+        return role_relative_advantages(rewards, groups, scale=a.scale, baseline_mask=base)
 
     def turn_advantages(
         self, episodes: list[Episode], roles: tuple[str, ...]
