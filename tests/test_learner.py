@@ -220,6 +220,18 @@ def test_turns_with_an_attempt_group_are_ranked_across_the_task_s_episodes():
     assert adv[(0, 1)] == pytest.approx(-1.0, abs=1e-5) and adv[(1, 1)] == pytest.approx(0.0)
     assert adv[(2, 1)] == pytest.approx(1.0, abs=1e-5)
     assert adv[(4, 1)] == 0.0 and (3, 1) not in adv
+    # against a greedy baseline: episode 1's turns were decoded greedily, so its revision (0.0) is the
+    # group's baseline: -1 and +1 keep their sign, the greedy revision gets 0 (scale none: r - 0)
+    for turn in eps[1].turns:
+        turn.greedy = True
+    sets = ("algorithm.greedy_episodes=1", "algorithm.baseline=greedy", "algorithm.scale=none")
+    remax = learner(*sets).turn_advantages(eps, ("coder",))["coder"]
+    assert [remax[(i, 1)] for i in range(3)] == pytest.approx([-1.0, 0.0, 1.0])
+    # and the first versions against greedy's 1.0: the two that failed -1, the other success 0
+    assert [remax[(i, 0)] for i in range(4)] == pytest.approx([0.0, 0.0, -1.0, -1.0])
+    eps[1].attempt_rewards[1] = 1.0  # greedy's revision now the best: the others are credited below it
+    remax = learner(*sets).turn_advantages(eps, ("coder",))["coder"]
+    assert [remax[(i, 1)] for i in range(3)] == pytest.approx([-2.0, 0.0, 0.0])
 
 
 def test_revisions_not_learned_get_no_advantage():

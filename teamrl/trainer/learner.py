@@ -131,8 +131,11 @@ class Learner:
                     else ("episode", str(i), learned_turn(episodes[i], j).prompt)
                     for i, j in keys
                 ]
+                base = None
+                if self.cfg.algorithm.baseline == "greedy":  # the group's greedy attempts, where it has any
+                    base = torch.tensor([learned_turn(episodes[i], j).greedy for i, j in keys])
                 attempt_adv = group_relative_advantages(
-                    torch.tensor(rewards), groups, scale=self.cfg.algorithm.scale
+                    torch.tensor(rewards), groups, scale=self.cfg.algorithm.scale, baseline_mask=base
                 )
                 out[role].update({key: float(a) for key, a in zip(keys, attempt_adv, strict=True)})
         pos, neg = self.cfg.algorithm.positive_weight, self.cfg.algorithm.negative_weight
