@@ -105,7 +105,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(args.config, args.set + ([f"run.backend={args.backend}"] if args.backend else []))
         if args.dry_run:
-            return _dry_run(cfg)
+            try:
+                return _dry_run(cfg)
+            except (ConfigError, FileNotFoundError, SandboxUnavailableError):
+                raise  # main() says these in one line
+            except Exception as exc:  # noqa: BLE001 - a plugin's bug: said in a few lines, the trace kept
+                return _crashed(exc, None, None)
         run_dir = _run_dir(cfg)
         if run_dir.exists() and any(run_dir.iterdir()):
             print(
@@ -150,34 +155,43 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _crashed(exc: Exception, run_dir: Path, resume: str) -> int:
+def _crashed(exc: Exception, run_dir: Path | None, resume: str | None) -> int:
     """An error nothing else handles (a workflow's or reward function's bug, say): where it was raised,
-    the whole trace in RUN_DIR/error.log, and how to continue (the checkpoints before it are intact)."""
+    the whole trace in RUN_DIR/error.log, and how to continue (the checkpoints before it are intact; a run
+    with none starts again). ``run_dir`` None: a dry run (nothing was written)."""
+    import sysconfig
     import traceback
 
+    from teamrl.trainer.checkpoints import checkpoint_dirs
+
     frames = traceback.extract_tb(exc.__traceback__)
-    package = str(Path(__file__).resolve().parent)
-    # the innermost frame of code that is not teamrl's nor a library's: a plugin's, where there is one
-    own = [f for f in frames if not f.filename.startswith(package) and "site-packages" not in f.filename]
+    ours = (str(Path(__file__).resolve().parent), sysconfig.get_paths()["stdlib"], "site-packages", "<frozen")
+    # the innermost frame of code that is not teamrl's, the standard library's nor a library's: a plugin's
+    own = [f for f in frames if not any(part in f.filename for part in ours)]
     where = (own or frames)[-1] if frames else None
     text = "".join(traceback.format_exception(exc))
-    log_path = run_dir / "error.log"
-    try:
-        from teamrl.atomic import atomic_write_text
+    saved = "the whole trace:\n" + text
+    if run_dir is not None and run_dir.is_dir():
+        try:
+            from teamrl.atomic import atomic_write_text
 
-        if run_dir.is_dir():
-            atomic_write_text(log_path, text)
-            saved = f"the whole trace: {log_path}"
-        else:
-            saved = "no run directory was made; the whole trace:\n" + text
-    except OSError:
-        saved = "the whole trace:\n" + text
+            atomic_write_text(run_dir / "error.log", text)
+            saved = f"the whole trace: {run_dir / 'error.log'}"
+        except OSError:
+            pass
+    if run_dir is None:
+        then = "nothing was written: fix it and try again"
+    elif (run_dir / "config.yaml").is_file() and checkpoint_dirs(run_dir):
+        then = f"the checkpoints before it are intact: fix it and continue with: {resume}"
+    elif (run_dir / "config.yaml").is_file():
+        then = f"it stopped before its first checkpoint: fix it and start it again with: {resume}"
+    else:
+        then = "no run directory was made: fix it and run the command again"
+    if run_dir is not None and (run_dir / "config.yaml").is_file():
+        then += f"\n(a setting to change: edit {run_dir / 'config.yaml'}, which --resume reads)"
     at = f"\n  at {where.filename}:{where.lineno} in {where.name}: {where.line}" if where else ""
-    print(
-        f"teamrl: the run stopped: {type(exc).__name__}: {exc}{at}\n{saved}\n"
-        f"the checkpoints before it are intact: fix it and continue with: {resume}",
-        file=sys.stderr,
-    )
+    run = "dry run" if run_dir is None else "run"
+    print(f"teamrl: the {run} stopped: {type(exc).__name__}: {exc}{at}\n{saved}\n{then}", file=sys.stderr)
     return 1
 
 

@@ -27,6 +27,7 @@ from teamrl.protocol.overrides import parse_override as _parse_override  # noqa:
 from teamrl.protocol.plugins import resolve
 from teamrl.protocol.settings import ConfigError, SeatConfig, Strict, TaskSettings, WorkflowSettings
 from teamrl.recipes.settings import ClosedLoopConfig, PopulationConfig, RecipeConfig, SFTConfig
+from teamrl.rewards.functions import check_reward_function
 from teamrl.rewards.settings import MAPoRLConfig, MARTIConfig, RewardConfig, RewardFunctionConfig
 from teamrl.tasks.base import TaskSuite
 from teamrl.tasks.sandbox.settings import SandboxConfig
@@ -112,9 +113,7 @@ def reward_functions(reward: RewardConfig) -> list[tuple[str, Any, float, dict[s
     """(name, function, weight, args) of every reward function the config names."""
     out = []
     for f in reward.function_list():
-        fn = resolve("reward function", f.name)
-        if not callable(fn):
-            raise ConfigError(f"reward function {f.name!r} is a {type(fn).__name__}, not a function")
+        fn = check_reward_function(f.name, resolve("reward function", f.name), f.args)
         out.append((f.name, fn, f.weight, dict(f.args)))
     return out
 
@@ -288,7 +287,7 @@ class Config(Strict):
         try:
             reward_functions(r)
         except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError(f"reward.functions: {exc}") from None
         if "counterfactual" in functions and r.counterfactual_budget < self.algorithm.group_size:
             raise ValueError(
                 f"reward.counterfactual_budget={r.counterfactual_budget} is below algorithm.group_size="

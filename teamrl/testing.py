@@ -32,7 +32,7 @@ from teamrl.protocol.settings import WorkflowSettings
 from teamrl.rewards.functions import RewardContext, normalise
 from teamrl.rewards.settings import RewardConfig
 from teamrl.tasks.base import TaskSuite
-from teamrl.workflows.base import Workflow
+from teamrl.workflows.base import Workflow, episode_problems
 
 ADVERSARIAL = [
     "",
@@ -162,20 +162,12 @@ def _probe(order: list[str]) -> RoleCall:
 def _episode_problems(
     wf: Workflow[Any], episode: Any, task: Any, group: int, roles: dict[str, Any], how: str
 ) -> list[str]:
-    out: list[str] = []
+    out = [f"{how}: {problem}" for problem in episode_problems(episode, task, group)]
     if not isinstance(episode, Episode):
-        return [f"{how}: play returned a {type(episode).__name__}, not an Episode"]
-    if episode.task_id != getattr(task, "task_id", episode.task_id):
-        out.append(f"{how}: episode.task_id {episode.task_id!r} is not the task's {task.task_id!r}")
-    if episode.group != group:
-        out.append(f"{how}: episode.group {episode.group} is not the group asked ({group})")
+        return out
     strangers = sorted({t.role for t in episode.turns} - set(roles))
     if strangers:
         out.append(f"{how}: turns of roles {strangers} that are not in the settings' roles")
-    if not (isinstance(episode.outcome, int | float) and 0.0 <= episode.outcome <= 1.0):
-        out.append(f"{how}: outcome {episode.outcome!r} is not in [0, 1]")
-    if "solved" not in episode.verifier:
-        out.append(f"{how}: verifier has no 'solved' (the team's success, read by every report)")
     try:
         wf.assign_rewards(episode, RewardConfig())
     except Exception as exc:  # noqa: BLE001

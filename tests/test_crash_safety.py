@@ -177,7 +177,7 @@ def test_sigterm_stops_after_the_iterations_checkpoint(runs):
     log = (runs / "sigterm.0.log").read_text()
     assert "stopped by SIGTERM after step 3, with a checkpoint" in log
     kept = [c.name for c in checkpoint_dirs(runs / "sigterm.stopped")]
-    assert kept == ["000005-step-000003", "000004-step-000002"]
+    assert kept == ["000006-step-000003", "000005-step-000002"]  # 000001: SFT, before its evaluation
 
 
 def flip_bytes(path: Path) -> None:
@@ -191,7 +191,7 @@ def truncate(path: Path) -> None:
 
 
 REVIEWER = "adapters/reviewer/adapter_model.safetensors"
-NEWEST, OLDER = "checkpoints/000005-step-000003", "checkpoints/000004-step-000002"
+NEWEST, OLDER = "checkpoints/000006-step-000003", "checkpoints/000005-step-000002"
 
 
 def cut_last_metrics_line(run: Path) -> None:
@@ -260,7 +260,7 @@ def test_a_damaged_run_resumes_from_what_is_intact_or_says_what_is_not(runs, dam
         assert_like_the_baseline(run, runs / "baseline")
     else:  # both damaged files named; nothing changed
         assert f"{NEWEST}/{REVIEWER}" in log and f"{OLDER}/{REVIEWER}" in log
-        assert [c.name for c in checkpoint_dirs(run)] == ["000005-step-000003", "000004-step-000002"]
+        assert [c.name for c in checkpoint_dirs(run)] == ["000006-step-000003", "000005-step-000002"]
     if name in ("flipped_bytes", "truncated_file", "missing_file"):  # set aside, the older one resumed
         assert (run / f"{NEWEST}.bad").is_dir()
 
@@ -308,7 +308,7 @@ def _full_checkpoint(monkeypatch):
         return save(self, name, directory)
 
     monkeypatch.setattr(HFPolicy, "save_adapter", save_adapter)
-    return "checkpoints/000002-step-000001"
+    return "checkpoints/000003-step-000001"
 
 
 def _full_metrics(monkeypatch):
@@ -356,8 +356,9 @@ def test_a_full_disk_stops_the_run_with_a_message_and_a_retry_does_not_redo_sft(
     err = capsys.readouterr().err
     assert f"no space left on device while writing {run / where}" in err
     assert f"free space and resume with: teamrl train --resume {run}" in err and "Traceback" not in err
-    [sft] = checkpoint_dirs(run)  # the checkpoint before is intact, the failed one left nothing
-    assert sft.name == "000001-step-000000" and verify(sft) is None
+    kept = checkpoint_dirs(run)  # the checkpoints before are intact (SFT, then its evaluation), the failed
+    assert [c.name for c in kept] == ["000002-step-000000", "000001-step-000000"]  # one left nothing
+    assert all(verify(c) is None for c in kept)
     assert not list((run / "checkpoints").glob(".*"))
 
     def no_sft_again(self):

@@ -121,6 +121,18 @@ def test_the_ray_backend_imports_the_users_workflow_in_its_workers(cache, tmp_pa
         ("reward.functions=[{name: maporl}]", "needs per-turn scores"),
         ("reward.functions=[]", "reward.functions is empty"),
         ("reward.counterfactual_budget=4", "applies to the counterfactual reward only"),
+        (
+            "reward.functions=[{name: 'examples/custom/flows.py:decisive', args: {bonuss: 2}}]",
+            "reward.functions: reward function '/",  # the path made absolute
+        ),
+        (
+            "reward.functions=[{name: 'examples/custom/flows.py:decisive', args: {bonuss: 2}}]",
+            "flows.py:decisive' cannot take args {'bonuss': 2} (got an unexpected keyword argument 'bonuss'",
+        ),
+        (
+            "reward.functions=[{name: 'examples/custom/flows.py:SolverVerifier'}]",
+            "flows.py:SolverVerifier' is a class, not a function",
+        ),
         ("recipe.iterations_per_role=3", "applies to recipe.name freeze_rotate or closed_loop only"),
         ("algorithm.gae_lambda=0.9", "applies to algorithm.name ppo_critic only"),
     ],
@@ -208,3 +220,108 @@ def test_a_plugin_that_raises_stops_the_run_with_where_and_how_to_continue(cache
     assert f"teamrl train --resume {tmp_path / 'run'}" in err
     assert "Traceback" in (tmp_path / "run" / "error.log").read_text()
     assert checkpoint_dirs(tmp_path / "run")  # the work before it is kept
+
+
+BROKEN = """
+import importlib.util
+import sys
+
+spec = importlib.util.spec_from_file_location("solver_verifier_flows", {flows!r})
+flows = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(flows)
+
+
+class BrokenSettings(flows.SolverVerifierSettings):
+    mode: str = "ok"
+
+
+class Broken(flows.SolverVerifier):
+    Settings = BrokenSettings
+
+    async def play(self, team, task, group=0):
+        episode = await super().play(team, task, group)
+        if self.settings.mode == "outcome":
+            episode.outcome = 2.0
+        if self.settings.mode == "none":
+            return None
+        return episode
+"""
+
+
+@pytest.fixture
+def broken(tmp_path: Path) -> str:
+    path = tmp_path / "broken.py"
+    path.write_text(BROKEN.format(flows=str(EXAMPLE / "flows.py")))
+    return f"{path}:Broken"
+
+
+def test_an_episode_the_trainer_cannot_use_stops_the_run_and_sft_is_kept(
+    broken, cache, tmp_path, monkeypatch, capsys
+) -> None:
+    from teamrl.trainer.checkpoints import checkpoint_dirs
+
+    run = tmp_path / "run"
+    sets = [*TINY, cache, f"workflow.name={broken}", "workflow.mode=outcome"]
+    sets += [f"run.out_dir={tmp_path}", "run.name=run"]
+    monkeypatch.setattr("teamrl.cli._write_run_report", lambda run_dir: None)  # seconds, not tested here
+    assert cli_main(["train", str(CONFIG), *(a for s in sets for a in ("--set", s))]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "WorkflowError: workflow Broken.play on task" in err
+        and "outcome 2.0 is not a number in [0, 1]" in err
+    )
+    assert (
+        f"the checkpoints before it are intact: fix it and continue with: teamrl train --resume {run}" in err
+    )
+    assert f"edit {run / 'config.yaml'}" in err and "Traceback" not in err
+    # the outcome was refused in the SFT snapshot's evaluation: SFT's checkpoint is there, written before it
+    assert [c.name for c in checkpoint_dirs(run)] == ["000001-step-000000"]
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("mode: outcome", "mode: ok"))
+
+    def no_sft_again(self):  # noqa: ANN001, ANN202
+        raise AssertionError("SFT redone although its checkpoint exists")
+
+    monkeypatch.setattr(Trainer, "sft_roles", no_sft_again)
+    assert cli_main(["train", "--resume", str(run)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert [e["label"] for e in summary["evals"]] == ["after_sft", "after_rl"]
+
+
+def test_a_dry_run_says_a_plugin_error_in_a_few_lines_and_writes_nothing(broken, tmp_path, capsys) -> None:
+    sets = [*TINY, f"policies.default.embedded.cache_dir={tmp_path / 'cache'}", f"workflow.name={broken}"]
+    sets += ["workflow.mode=none", f"run.out_dir={tmp_path / 'runs'}"]
+    assert cli_main(["train", str(CONFIG), "--dry-run", *(a for s in sets for a in ("--set", s))]) == 1
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith(
+        "teamrl: the dry run stopped: WorkflowError: workflow Broken.demonstrate returned"
+    )
+    assert "a NoneType in place of an Episode" in first and "nothing was written" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_trainer_names_every_problem_of_an_episode() -> None:
+    from teamrl.protocol import Episode
+    from teamrl.tasks.reasoning import ReasoningTask
+    from teamrl.workflows.base import WorkflowError, checked_episode, episode_problems
+
+    cfg = load_config(CONFIG)
+    flow = cfg.workflow_class(cfg.workflow)
+    task = ReasoningTask(task_id="t1", family="sum", question="1 + 1", answer="2")
+    good = Episode(task_id="t1", group=2, outcome=1.0, verifier={"solved": True})
+    assert checked_episode(flow, good, task, 2) is good
+    bad = good.model_copy(update={"task_id": "t9", "group": 0, "outcome": True, "verifier": {}})
+    assert episode_problems(bad, task, 2) == [
+        "episode.task_id 't9' is not the task's 't1'",
+        "episode.group 0 is not the group asked (2)",
+        "outcome True is not a number in [0, 1]",
+        "verifier has no 'solved' (the team's success, read by every report)",
+    ]
+    with pytest.raises(
+        WorkflowError, match=r"on task 't1' \(group 2\): play returned a dict, not an Episode"
+    ):
+        checked_episode(flow, {"outcome": 1.0}, task, 2)
+    assert episode_problems(good.model_copy(update={"outcome": float("nan")}), task, 2) == [
+        "outcome nan is not a number in [0, 1]"
+    ]

@@ -172,6 +172,56 @@ def test_a_suite_whose_tasks_have_no_id_is_refused_before_anything_runs() -> Non
         build_suite(cfg)
 
 
+class ClashingSettings(TaskSettings):
+    suite: str = "test_plugins:Clashing"
+    mode: str = "same_id"
+
+
+class Clashing(TaskSuite[ClashingSettings]):
+    """A suite's mistakes: every task under one id, one task drawn n times, held-out tasks in train."""
+
+    Settings = ClashingSettings
+
+    def sample(self, split: str, n: int, rng: random.Random) -> list[ReasoningTask]:
+        mode = self.settings.mode
+        if mode == "same_id":
+            return [ReasoningTask(task_id="one", question=f"{i} + 1?", answer=i + 1) for i in range(n)]
+        if mode == "repeat":
+            return [ReasoningTask(task_id="one", question="1 + 1?", answer=2) for _ in range(n)]
+        return [
+            ReasoningTask(task_id=f"t{i}", question=f"{i} + 1?", answer=i + 1) for i in range(n)
+        ]  # overlap
+
+
+def test_two_tasks_under_one_id_are_refused_and_a_task_drawn_twice_is_not(caplog) -> None:
+    from teamrl.tasks.base import TaskSuiteError
+    from teamrl.trainer.overlap import iteration_tasks
+
+    def suite(mode: str) -> tuple[object, TaskSuite]:
+        cfg = load_config(
+            None, ["workflow.name=debate", "tasks.suite=test_plugins:Clashing", f"tasks.mode={mode}"]
+        )
+        return cfg, build_suite(cfg)
+
+    cfg, clashing = suite("same_id")
+    with pytest.raises(TaskSuiteError, match=r"sample\('train', 8\) for RL iteration 3: two different tasks"):
+        iteration_tasks(cfg, clashing, 3)
+    with pytest.raises(TaskSuiteError, match=r"Clashing.fixed_set\('heldout', 3\): .* share task_id 'one'"):
+        clashing.fixed_set("heldout", 3)
+    cfg, repeated = suite("repeat")
+    assert len(iteration_tasks(cfg, repeated, 0)) == 8  # the same task twice: one group, no error
+    cfg, overlapping = suite("overlap")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="teamrl.trainer.overlap"):
+        iteration_tasks(cfg, overlapping, 0)
+        iteration_tasks(cfg, overlapping, 1)
+    warned = [r.getMessage() for r in caplog.records if "held-out task ids" in r.getMessage()]
+    assert (
+        len(warned) == 1
+        and "RL iteration 0 plays held-out task ids ['t0', 't1', 't2', 't3', 't4']" in warned[0]
+    )
+
+
 def test_check_workflow_asks_for_settings_it_cannot_make() -> None:
     from teamrl import WorkflowSettings
 

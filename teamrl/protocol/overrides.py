@@ -4,6 +4,7 @@ validation errors as a config file writes the keys."""
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -100,6 +101,9 @@ def read_yaml(p: Path) -> dict[str, Any]:
     return loaded
 
 
+_NAMES_A_KEY = re.compile(r"[a-z_]+\.[a-z_.]+[ :=]")
+
+
 def format_errors(err: ValidationError, root: type[BaseModel], prefix: str = "") -> str:
     lines = []
     for e in err.errors():
@@ -122,7 +126,10 @@ def format_errors(err: ValidationError, root: type[BaseModel], prefix: str = "")
             got = e.get("input")
             got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
             msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"  {key or '(top level)'}: {msg}{got_txt}")
+            if not key and _NAMES_A_KEY.match(msg):  # a check across sections that names its key first
+                lines.append(f"  {msg}{got_txt}")
+            else:
+                lines.append(f"  {key or '(top level)'}: {msg}{got_txt}")
     return "\n".join(lines)
 
 

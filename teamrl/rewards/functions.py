@@ -26,12 +26,14 @@ The policy is an adversary: a reward function reads what the verifier measured (
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from teamrl.protocol import Episode
+from teamrl.protocol.settings import ConfigError
 from teamrl.rewards.credit import ScoredTurn, maporl_turn_credit, marti_turn_credit
 from teamrl.rewards.settings import RewardConfig
 
@@ -190,3 +192,24 @@ def combine(
             for role, r in per_episode[i].items():
                 total[role] = total.get(role, 0.0) + weight * r
         e.rewards = total
+
+
+def check_reward_function(name: str, fn: Any, args: Mapping[str, Any]) -> Any:
+    """``fn`` (what ``reward.functions``' ``name`` resolved to) if it is a function that can be called as
+    ``fn(episodes, ctx, **args)``; else :class:`ConfigError` saying why, so a bad entry stops the config,
+    not the run after SFT."""
+    if not callable(fn) or isinstance(fn, type):
+        what = "class" if isinstance(fn, type) else type(fn).__name__
+        raise ConfigError(f"reward function {name!r} is a {what}, not a function (episodes, ctx, **args)")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # one without a signature (a builtin): called as it is
+        return fn
+    try:
+        signature.bind(None, None, **args)
+    except TypeError as exc:
+        raise ConfigError(
+            f"reward function {name!r} cannot take args {dict(args)} ({exc}); its parameters are "
+            f"{signature}: (episodes, ctx), then the args"
+        ) from None
+    return fn

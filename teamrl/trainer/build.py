@@ -33,7 +33,7 @@ from teamrl.tasks.base import TaskSuite
 from teamrl.tasks.sandbox import Sandbox, SandboxLimits
 from teamrl.tasks.sandbox.trusted import TrustedRunner
 from teamrl.trainer.faults import fault_point
-from teamrl.workflows.base import Rollouts, Workflow
+from teamrl.workflows.base import Rollouts, Workflow, WorkflowError, checked_episode
 
 log = logging.getLogger("teamrl")
 
@@ -111,9 +111,12 @@ def episode_factories(
         if seeds is not None and tree and g >= greedy:
             seeds.tree, seeds.leaf, seeds.leaves = tree, g - greedy, group_size - greedy
 
+        async def play() -> Episode:
+            return checked_episode(workflow, await workflow.play(team, task, group=g), task, g)
+
         def start() -> Awaitable[Episode]:
             fault_point("episode")  # the crash tests' kill point mid-rollout
-            return seeded(workflow.play(team, task, group=g), seeds, greedy=g < greedy)
+            return seeded(play(), seeds, greedy=g < greedy)
 
         return start
 
@@ -201,6 +204,13 @@ def demonstrations(cfg: Config, n_episodes: int, seed: int) -> dict[str, list[tu
         team = Team(workflow_experts(workflow, rng))
         tasks = workflow.demonstration_tasks(suite.sample("train", n_episodes, rng))
         episodes = asyncio.run(workflow.demonstrate(team, tasks))
+        wrong = [e for e in episodes if not isinstance(e, Episode)]
+        if wrong:
+            raise WorkflowError(
+                f"workflow {type(workflow).__name__}.demonstrate returned a {type(wrong[0]).__name__} in "
+                f"place of an Episode ({len(wrong)} of {len(episodes)}; its default plays each task with "
+                "play())"
+            )
     finally:
         if isinstance(local, TrustedRunner):
             local.close()

@@ -16,6 +16,7 @@ what differs is only the adapters that sampled it.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import pickle
@@ -47,8 +48,11 @@ from teamrl.engine.engine import EngineStats
 from teamrl.policies.base import ref_adapter
 from teamrl.policies.hf import HFPolicy
 from teamrl.recipes.schedule import Phase, Schedule
+from teamrl.tasks.base import checked_draw
 from teamrl.trainer.build import Task
 from teamrl.trainer.learner import reference_logprobs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -288,10 +292,30 @@ def iteration_seed(cfg: Config, step: int) -> int:
     return cfg.run.seed * 1_000_003 + step
 
 
+# a suite's held-out ids, by id(suite) (the suite kept, so its id is not reused); emptied once warned
+_HELDOUT_IDS: dict[int, tuple[Any, set[Any]]] = {}
+
+
 def iteration_tasks(cfg: Config, suite: Any, step: int) -> list[Any]:
     """The training tasks RL iteration ``step`` plays, drawn from the step's seed (so a finished run's can be
     drawn again: ``benchmarks/greedy_eval.py --transfer``)."""
-    return suite.sample("train", cfg.algorithm.tasks_per_iteration, random.Random(iteration_seed(cfg, step)))
+    n = cfg.algorithm.tasks_per_iteration
+    tasks = suite.sample("train", n, random.Random(iteration_seed(cfg, step)))
+    checked_draw(tasks, f"{type(suite).__name__}.sample('train', {n}) for RL iteration {step}")
+    if id(suite) not in _HELDOUT_IDS:  # the held-out ids, once per suite: a warning if RL plays one
+        heldout = suite.fixed_set("heldout", cfg.tasks.heldout_size)
+        _HELDOUT_IDS[id(suite)] = (suite, {t.task_id for t in heldout})
+    shared = sorted({t.task_id for t in tasks} & _HELDOUT_IDS[id(suite)][1], key=str)
+    if shared:
+        _HELDOUT_IDS[id(suite)] = (suite, set())  # warned once
+        log.warning(
+            "%s: RL iteration %d plays held-out task ids %s: the train and heldout splits overlap, so the "
+            "held-out figures measure tasks RL trained on",
+            type(suite).__name__,
+            step,
+            shared[:5],
+        )
+    return tasks
 
 
 def plan_iteration(cfg: Config, suite: Any, phase: Phase, step: int) -> RolloutPlan:

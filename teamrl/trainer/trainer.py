@@ -80,6 +80,7 @@ class TrainerState:
     """What a resumed run needs to continue where it stopped."""
 
     sft_done: bool = False
+    sft_stats: dict[str, float] = field(default_factory=dict)  # logged with the SFT snapshot's evaluation
     phase: int = 0  # index of the phase in progress
     phase_iteration: int = 0  # iterations of that phase already done
     step: int = 0  # RL iterations done in total
@@ -462,12 +463,13 @@ class Trainer:
         # closed_loop decides each phase when the loop reaches it (it measures the roles first)
         phases = recipe_phases(self)
         if not st.sft_done:
-            sft_stats = self.sft_roles()
-            st.sft_done = True
+            st.sft_stats, st.sft_done = self.sft_roles(), True
+            self._checkpoint_and_maybe_stop()  # SFT is kept, whatever its evaluation does
+        if not st.evals:  # the SFT snapshot's evaluation (again, where a run stopped in it)
             if self.ahead is not None:  # the first rollout plays while the SFT snapshot is evaluated
                 play_ahead(self.ahead, self.suite, phases, st.phase, st, first=True)
             st.evals.append(self.evaluate("after_sft", save_episodes=True))
-            self.log_metrics({"step": 0, **sft_stats, **_numeric(st.evals[-1])})
+            self.log_metrics({"step": 0, **st.sft_stats, **_numeric(st.evals[-1])})
             self._checkpoint_and_maybe_stop()
         for index in range(st.phase, len(phases)):
             phase = phases[index]
@@ -580,8 +582,7 @@ def _rows_without_checkpoint(lines: list[dict[str, Any] | None]) -> RestoredRows
 
 
 def _rows_at(lines: list[dict[str, Any] | None], data: dict[str, Any]) -> RestoredRows | None:
-    """The metrics rows a checkpoint's state covers (see ``rows_at_checkpoint``); by step for a
-    checkpoint written before rows were counted."""
+    """The metrics rows a checkpoint's state covers (``rows_at_checkpoint``; by step for an older one)."""
     if "metrics_rows" not in data:
         rows = [r for r in lines if r is not None and r.get("step", 0) <= data.get("step", 0)]
         return RestoredRows(rows, dropped=len(lines) - len(rows))

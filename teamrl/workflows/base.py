@@ -170,3 +170,39 @@ class Workflow(ABC, Generic[S]):
     async def demonstrate(self, team: Team, tasks: Sequence[Any]) -> list[Episode]:
         """The experts' episodes on ``tasks`` (``team`` seats the experts); default: :meth:`play` each."""
         return [await self.play(team, task) for task in tasks]
+
+
+class WorkflowError(ValueError):
+    """A workflow returned what the trainer cannot use (an episode of another task, an outcome outside
+    [0, 1], no ``verifier["solved"]``, ...); :func:`teamrl.testing.check_workflow` lists every problem."""
+
+
+def episode_problems(episode: object, task: Any, group: int) -> list[str]:
+    """What is wrong with ``episode`` as :meth:`Workflow.play`'s result on ``task`` (``group``: its index
+    in the task's group), for the trainer (which refuses it) and ``check_workflow``; [] when nothing is."""
+    if not isinstance(episode, Episode):
+        return [f"play returned a {type(episode).__name__}, not an Episode"]
+    out = []
+    task_id = getattr(task, "task_id", episode.task_id)
+    if episode.task_id != task_id:
+        out.append(f"episode.task_id {episode.task_id!r} is not the task's {task_id!r}")
+    if episode.group != group:
+        out.append(f"episode.group {episode.group} is not the group asked ({group})")
+    outcome = episode.outcome
+    if isinstance(outcome, bool) or not (isinstance(outcome, int | float) and 0.0 <= outcome <= 1.0):
+        out.append(f"outcome {outcome!r} is not a number in [0, 1]")
+    if "solved" not in episode.verifier:
+        out.append("verifier has no 'solved' (the team's success, read by every report)")
+    return out
+
+
+def checked_episode(workflow: Workflow[Any], episode: object, task: Any, group: int) -> Episode:
+    """``episode`` if it is a usable result of ``workflow.play(team, task, group=group)``, else
+    :class:`WorkflowError` naming the workflow, the task and every problem."""
+    problems = episode_problems(episode, task, group)
+    if problems:
+        raise WorkflowError(
+            f"workflow {type(workflow).__name__}.play on task {getattr(task, 'task_id', task)!r} (group "
+            f"{group}): " + "; ".join(problems) + " (teamrl.testing.check_workflow lists every problem)"
+        )
+    return episode  # type: ignore[return-value]
