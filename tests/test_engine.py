@@ -143,3 +143,27 @@ def test_shared_roles_sample_each_prompt_once_and_mark_the_copies_reused():
     calls.clear()
     out = engine.run([lambda g=g: episode(0, g) for g in range(4)])
     assert len({p.message.content for p, _ in out}) == 4 and not any(p.reused for p, _ in out)
+
+
+def test_an_event_loop_blocked_by_synchronous_code_is_warned_of_with_where(caplog):
+    def stuck_check() -> bool:  # a task's check that blocks the loop (here for a while, not for ever)
+        time.sleep(1.6)
+        return True
+
+    async def episode() -> bool:
+        await asyncio.sleep(0.05)
+        return stuck_check()
+
+    async def quick() -> bool:
+        await asyncio.sleep(0.05)
+        return True
+
+    engine = Engine({}, stall_warning_s=0.4)
+    with caplog.at_level("WARNING", logger="teamrl.engine.engine"):
+        assert engine.run([quick, quick]) == [True, True]  # a loop that moves: no warning
+        assert not caplog.records
+        assert engine.run([episode, quick]) == [True, True]
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned and "the event loop is blocked at" in warned[0] and "in stuck_check" in warned[0]
+    assert "test_engine.py" in warned[0]
+    assert len(warned) <= 1.6 / 0.4  # once per 0.4 s of it at most, not once per check

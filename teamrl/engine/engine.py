@@ -9,12 +9,19 @@ never wait for slow ones, and each policy always sees the largest batch the epis
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
+import sysconfig
+import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from teamrl.policies.base import Generation, GenerationRequest
+
+log = logging.getLogger(__name__)
 
 
 class BatchPolicy(Protocol):
@@ -104,7 +111,11 @@ class Engine:
     """Runs many episodes concurrently and batches each policy's requests across them."""
 
     def __init__(
-        self, policies: dict[str, BatchPolicy], max_batch: int = 128, max_concurrency: int = 256
+        self,
+        policies: dict[str, BatchPolicy],
+        max_batch: int = 128,
+        max_concurrency: int = 256,
+        stall_warning_s: float = 300.0,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"engine.max_batch must be >= 1, got {max_batch}")
@@ -114,6 +125,9 @@ class Engine:
         self.max_batch = max_batch
         self.max_concurrency = max_concurrency
         self.stats = EngineStats()
+        # a warning, with where, when the episodes' event loop is blocked this long (a workflow's or a
+        # task's synchronous code that never returns: nothing else can run, not even Ctrl-C's handler)
+        self.stall_warning_s = stall_warning_s
         self._queues: dict[str, _PolicyQueue] = {}
 
     async def generate(self, policy: str, request: GenerationRequest) -> Generation:
@@ -137,4 +151,50 @@ class Engine:
     def run(self, factories: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
         """Synchronous entry point: a fresh event loop per call (queues are bound to it)."""
         self._queues = {}
-        return asyncio.run(self.gather(factories))
+        beat = [time.monotonic()]
+        done = threading.Event()
+
+        async def main() -> list[Any]:
+            async def heartbeat() -> None:
+                while True:
+                    beat[0] = time.monotonic()
+                    await asyncio.sleep(min(1.0, self.stall_warning_s / 4))
+
+            pulse = asyncio.create_task(heartbeat())
+            try:
+                return await self.gather(factories)
+            finally:
+                pulse.cancel()
+
+        watchdog = threading.Thread(
+            target=_watch, args=(threading.get_ident(), beat, done, self.stall_warning_s), daemon=True
+        )
+        watchdog.start()
+        try:
+            return asyncio.run(main())
+        finally:
+            done.set()
+
+
+def _watch(loop_thread: int, beat: list[float], done: threading.Event, limit: float) -> None:
+    """Warn (once per ``limit`` seconds of it) while the event loop in ``loop_thread`` has not run its
+    heartbeat for ``limit`` seconds, naming the code it is stuck in."""
+    warned, last = 0.0, beat[0]
+    while not done.wait(min(limit / 4, 5.0)):
+        if beat[0] != last:  # the loop ran again: a later block is warned of anew
+            warned, last = 0.0, beat[0]
+        blocked = time.monotonic() - beat[0]
+        if blocked < limit or blocked - warned < limit:
+            continue
+        warned = blocked
+        frame = sys._current_frames().get(loop_thread)
+        stack = traceback.extract_stack(frame) if frame is not None else []
+        ours = (__file__.rsplit("/engine/", 1)[0], sysconfig.get_paths()["stdlib"], "site-packages")
+        own = [f for f in stack if not any(part in f.filename for part in ours)] or stack
+        where = f" at {own[-1].filename}:{own[-1].lineno} in {own[-1].name}" if own else ""
+        log.warning(
+            "the episodes have not moved for %.0f s: the event loop is blocked%s (synchronous code that does "
+            "not return, a task's check say: give it a timeout); Ctrl-C twice stops the run",
+            blocked,
+            where,
+        )
