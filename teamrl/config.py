@@ -86,7 +86,8 @@ def workflow_class(name: str) -> type[Workflow[Any]]:
     """The workflow ``name`` (built-in or import path); ConfigError when it is none."""
     cls = resolve("workflow", name)
     if not (isinstance(cls, type) and issubclass(cls, Workflow)):
-        raise ConfigError(f"workflow {name!r} is a {type(cls).__name__}, not a teamrl Workflow subclass")
+        what = f"the class {cls.__name__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
+        raise ConfigError(f"workflow {name!r} is {what}, not a teamrl Workflow subclass")
     settings = getattr(cls, "Settings", None)
     if not (isinstance(settings, type) and issubclass(settings, WorkflowSettings)):
         raise ConfigError(
@@ -100,7 +101,8 @@ def suite_class(name: str) -> type[TaskSuite[Any]]:
     """The task suite ``name`` (built-in or import path); ConfigError when it is none."""
     cls = resolve("task suite", name)
     if not (isinstance(cls, type) and issubclass(cls, TaskSuite)):
-        raise ConfigError(f"task suite {name!r} is a {type(cls).__name__}, not a teamrl TaskSuite subclass")
+        what = f"the class {cls.__name__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
+        raise ConfigError(f"task suite {name!r} is {what}, not a teamrl TaskSuite subclass")
     settings = getattr(cls, "Settings", None)
     if not (isinstance(settings, type) and issubclass(settings, TaskSettings)):
         raise ConfigError(

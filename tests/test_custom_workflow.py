@@ -112,7 +112,11 @@ def test_the_ray_backend_imports_the_users_workflow_in_its_workers(cache, tmp_pa
         ("workflow.name=examples/custom/flows.py:SolverVerifer", "did you mean 'SolverVerifier'"),
         ("workflow.name=examples/custom/nope.py:X", "not found"),
         ("workflow.name=no_such_package.flows:X", "no module named 'no_such_package'"),
-        ("workflow.name=examples/custom/flows.py:decisive", "not a teamrl Workflow subclass"),
+        ("workflow.name=examples/custom/flows.py:decisive", "is a function, not a teamrl Workflow subclass"),
+        (
+            "tasks.suite=examples/custom/flows.py:SolverVerifier",
+            "is the class SolverVerifier, not a teamrl TaskSuite subclass",
+        ),
         ("workflow.name=pipelin", "did you mean 'pipeline'"),
         ("workflow.slip_rate=lots", "workflow.slip_rate"),
         ("workflow.colour=red", "workflow.colour: unknown key"),
