@@ -55,7 +55,8 @@ def _tasks(wf: type[Workflow[Any]], tasks: TaskSuite[Any] | str | list[Any] | No
     if suite is None:
         cls = suite_class(tasks if isinstance(tasks, str) else wf.task_suite)
         suite = cls(cls.Settings.model_validate({}))
-    return suite.sample("train", n, random.Random(0))
+    # the train split and one held-out task (evaluations play those: a check that fails only there counts)
+    return suite.sample("train", max(n - 1, 1), random.Random(0)) + suite.fixed_set("heldout", 1)[: n - 1]
 
 
 def check_workflow(
@@ -67,8 +68,9 @@ def check_workflow(
 ) -> None:
     """Raise AssertionError listing every way ``workflow`` (a class or a config name) breaks the protocol.
     ``settings``: its settings (default: its Settings' defaults); ``tasks``: a suite, a suite name or
-    tasks (default: its default suite); ``sandbox``: where a workflow that runs code verifies (default:
-    a sandbox of the default limits, bubblewrap where it is installed)."""
+    tasks (default: its default suite; of a suite, ``episodes - 1`` train tasks and a held-out one);
+    ``sandbox``: where a workflow that runs code verifies (default: a sandbox of the default limits,
+    bubblewrap where it is installed)."""
     wf_cls = _workflow(workflow)
     problems: list[str] = []
     if not (

@@ -329,3 +329,22 @@ def test_the_trainer_names_every_problem_of_an_episode() -> None:
     assert episode_problems(good.model_copy(update={"outcome": float("nan")}), task, 2) == [
         "outcome nan is not a number in [0, 1]"
     ]
+
+
+def test_check_workflow_plays_a_held_out_task_too() -> None:
+    from teamrl.config import suite_class
+
+    base = load_config(CONFIG).workflow_class
+    suite = suite_class("reasoning")
+    held = suite(suite.Settings.model_validate({})).fixed_set("heldout", 1)[0].task_id
+
+    class WrongOnHeldOut(base):  # type: ignore[misc, valid-type]
+        async def play(self, team, task, group=0):  # noqa: ANN001, ANN202
+            episode = await super().play(team, task, group)
+            if task.task_id == held:  # an evaluation-only bug: training would not show it
+                episode.outcome = 2.0
+            return episode
+
+    with pytest.raises(AssertionError, match=r"outcome 2.0 is not a number in \[0, 1\]"):
+        check_workflow(WrongOnHeldOut, tasks="reasoning")
+    check_workflow(base, tasks="reasoning")
