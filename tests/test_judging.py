@@ -8,6 +8,7 @@ import json
 import math
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,28 @@ def test_size_and_depth_are_bounded() -> None:
         encode(list(range(200_000)))
     with pytest.raises(UnsupportedValue, match="characters of text"):
         encode("x" * (2 << 20))
+    # an int is bounded by what Python will write in decimal (a report shows it), both ways
+    assert decode(encode(2**13_999)) == 2**13_999
+    with pytest.raises(UnsupportedValue, match="an integer of more than 14000 bits"):
+        encode(10**5000)
+    for forged in ({"int": hex(10**5000)}, {"int": hex(2**14_005)}, 10**4250):
+        with pytest.raises(UnsupportedValue, match="an integer of more than 14000 bits"):
+            decode(forged)
+
+
+def test_a_forged_set_of_colliding_hashes_is_refused_before_it_is_built() -> None:
+    # ints k * (2**61 - 1) all hash to 0: a set of 31k of them took 6 s of the trusted side's CPU to build
+    colliding = [k * (2**61 - 1) for k in range(31_000)]
+    forged = {"set": [{"int": hex(x)} if x >= 2**53 else x for x in colliding]}
+    start = time.process_time()
+    with pytest.raises(UnsupportedValue, match="a set of more than 5000 members"):
+        decode(forged)
+    with pytest.raises(UnsupportedValue, match="a dict of more than 5000 members"):
+        decode({"dict": [0, 1] * 5001})
+    assert time.process_time() - start < 0.5
+    with pytest.raises(UnsupportedValue, match="a frozenset of more than 5000 members"):
+        encode(frozenset(range(5001)))
+    assert decode(encode(set(range(5000)))) == set(range(5000))
 
 
 def test_decoding_untrusted_data_fails_only_with_unsupported_value() -> None:

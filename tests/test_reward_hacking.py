@@ -220,6 +220,10 @@ HUGE = {
     "chatty": "import sys\ndef f(s):\n    print('zq' * 10**6)\n    sys.stderr.write('xv' * 10**6)",
     "recursion": "def f(s):\n    return f(s)",
     "memory": "def f(s):\n    return 'x' * (2 * 1024**3)",
+    # an int whose decimal text Python refuses to write (past 4,300 digits): the report showing it used to
+    # raise, and with it the whole rollout
+    "int_past_repr": "def f(s):\n    return 10**5000",
+    "big_set": "def f(s):\n    return set(range(6000))",
 }
 
 _FORGE = """
@@ -360,6 +364,7 @@ TESTER_EXPLOITS = {
     "non_literal_argument": "assert f(str(1)) == 'zq1xv'",
     "walrus": "assert (x := f('a')) == x",
     "loop": "for c in 'ab': assert f(c) == 'zq' + c + 'xv'",
+    "int_past_repr": "assert f('a') == 0x" + "f" * 4000,  # its source cannot even be shown in the error
 }
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import textwrap
 import time
@@ -154,7 +155,9 @@ def test_writes_outside_work_dir_fail(isolation: str, world_writable: bool) -> N
         source = f"open({str(target)!r}, 'w').write('x')"
         result = _make(isolation).run_sync(source)
         assert result.returncode != 0
-        assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr
+        # bwrap shows no /var at all (the system's directories and the interpreter only): not found there
+        refused = ("PermissionError", "Read-only file system", "FileNotFoundError")
+        assert any(word in result.stderr for word in refused[: 3 if isolation == "bwrap" else 2])
         assert not target.exists()
     finally:
         shutil.rmtree(outside)
@@ -183,6 +186,29 @@ def test_bwrap_tmp_is_fresh_and_not_the_hosts() -> None:
     assert sandbox.run_sync(f"open('/tmp/{name}', 'w').write('x')").returncode == 0
     assert not Path("/tmp", name).exists()
     assert sandbox.run_sync(f"import os\nprint(os.path.exists('/tmp/{name}'))").stdout == "False\n"
+
+
+def test_bwrap_shows_the_system_and_the_interpreter_only() -> None:
+    """Code under test could answer its hidden tests from this repository's task generators, the
+    installed packages' data (HumanEval's) or the runs: under bwrap it sees none of them."""
+    import teamrl
+
+    package = Path(teamrl.__file__).resolve().parent
+    site = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    probes = [str(package / "tasks" / "programming.py"), str(package), str(Path.cwd()), *site]
+    source = (
+        "import os, json\n"
+        f"print(json.dumps([[p, os.path.exists(p) and (os.listdir(p) if os.path.isdir(p) else 'file')] "
+        f"for p in {probes!r}]))\n"
+        "import json, math, re, collections, itertools, functools, random, string, heapq, fractions\n"
+    )
+    result = _make("bwrap").run_sync(source)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert all(found in (False, []) for _, found in seen), seen  # absent, or an empty mount over them
+    assert len(seen) == len(probes) >= 4
+    # the host itself has them all
+    assert all(Path(p).exists() for p in probes)
 
 
 def test_judges_calls_with_types_and_per_call_failures(isolation: str) -> None:

@@ -127,18 +127,27 @@ class Judgement:
 # ---------------------------------------------------------------- model-written asserts
 
 
+def _shown(node: ast.AST) -> str:
+    """The first 60 characters of ``node``'s source, for an error message (a literal of an int past
+    4,300 digits has none: Python refuses to write it)."""
+    try:
+        return ast.unparse(node)[:60]
+    except (ValueError, RecursionError):
+        return f"<a {type(node).__name__} too large to show>"
+
+
 def _literal(node: ast.AST) -> Any:
     try:
         value = ast.literal_eval(node)
         encode(value)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, UnsupportedValue) as exc:
-        raise UnjudgeableTest(f"{ast.unparse(node)[:60]!r} is not a plain literal ({exc})") from None
+        raise UnjudgeableTest(f"{_shown(node)!r} is not a plain literal ({exc})") from None
     return value
 
 
 def _call(node: ast.AST, function: str) -> Call:
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise UnjudgeableTest(f"expected a call of {function}(...), got {ast.unparse(node)[:60]!r}")
+        raise UnjudgeableTest(f"expected a call of {function}(...), got {_shown(node)!r}")
     if node.func.id != function:
         raise UnjudgeableTest(f"calls {node.func.id}, not the function under test {function}")
     if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
@@ -171,7 +180,7 @@ def parse_assert(line: str, function: str) -> CallTest:
         # right is an ast.Constant where is_constant (mypy does not narrow through the flag)
         if len(test.ops) == 1 and is_constant and type(right.value) in (bool, type(None)):  # type: ignore[attr-defined]
             return CallTest(_call(left, function), right.value)  # type: ignore[attr-defined]
-        shown = ast.unparse(test)[:60]
+        shown = _shown(test)
         raise UnjudgeableTest(f"only one == (or `is True/False/None`) can be judged, not {shown!r}")
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return CallTest(_call(test.operand, function), False)

@@ -35,6 +35,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import glob
 import logging
 import marshal
 import os
@@ -171,6 +172,23 @@ def _interpreter_roots() -> list[str]:
     return sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths))
 
 
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+
+def _site_packages() -> list[str]:
+    """Directories of installed packages the sandbox would otherwise see: the interpreter's and the
+    system's site-packages / dist-packages (the code under test runs with -I -S: it imports none)."""
+    found: set[str] = set()
+    for root in {*_interpreter_roots(), "/usr", "/usr/local"}:
+        for pattern in (
+            "lib/python3*/site-packages",
+            "lib/python3*/dist-packages",
+            "lib/python3/dist-packages",
+        ):
+            found.update(os.path.realpath(p) for p in glob.glob(os.path.join(root, pattern)))
+    return sorted(p for p in found if os.path.isdir(p))
+
+
 def _bwrap_argv(bwrap: str, limits: SandboxLimits, seccomp_fd: int | None) -> list[str]:
     """bwrap arguments up to ``--``, with the interpreter made visible to the sandbox uid and the
     seccomp filter read from ``seccomp_fd``."""
@@ -181,22 +199,27 @@ def _bwrap_argv(bwrap: str, limits: SandboxLimits, seccomp_fd: int | None) -> li
     else:
         namespaces = ["--unshare-all"]
     tmp_bytes = str(_TMPFS_FILES * limits.max_file_mb * _MIB)
-    argv = [bwrap, *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+    # Only the system's directories and the interpreter are seen, read-only: not the host's other files
+    # (this repository's task generators and data, the virtualenv, the runs), which code under test could
+    # read to answer its hidden tests.
+    argv = [bwrap, *namespaces, "--die-with-parent", "--new-session"]
+    for top in _SYSTEM_DIRS:
+        if os.path.islink(top):  # a merged /usr: /lib -> usr/lib
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
     argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
     for root in _interpreter_roots():
-        # A pyenv interpreter under /root (mode 700) or one under /tmp (hidden by the tmpfs)
-        # is bound back read-only at its own path, on a tmpfs hiding the rest of that directory.
-        hidden = _hidden_from_others(root)
-        if hidden is None and not root.startswith("/tmp/"):
+        seen = any(root == top or root.startswith(top + os.sep) for top in _SYSTEM_DIRS)
+        if seen and _hidden_from_others(root) is None:
             continue
-        base = Path("/tmp")
-        if hidden is not None and not hidden.startswith("/tmp/"):
-            argv += ["--perms", "0755", "--tmpfs", hidden]
-            base = Path(hidden)
-        # bwrap would create the missing parents with mode 700; give them 755 explicitly.
-        for parent in reversed(Path(root).relative_to(base).parents[:-1]):
-            argv += ["--perms", "0755", "--dir", str(base / parent)]
+        # An interpreter elsewhere (a pyenv one under /root, one under /tmp) is bound at its own path,
+        # its parents made (mode 755, where bwrap would make them 700).
+        for parent in reversed(Path(root).parents[:-1]):
+            argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", root, root]
+    for packages in _site_packages():  # installed packages (teamrl itself, datasets) hidden too
+        argv += ["--tmpfs", packages]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     return argv + ["--chdir", "/tmp", "--"]

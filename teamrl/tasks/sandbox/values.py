@@ -17,6 +17,10 @@ from typing import Any
 MAX_NODES = 100_000  # values, containers included, in one encoded value
 MAX_TEXT = 1 << 20  # characters of str / bytes in one encoded value
 MAX_DEPTH = 100  # containers nested in one encoded value
+# an int whose decimal text Python will write (repr refuses past 4,300 digits, so a report would fail)
+MAX_INT_BITS = 14_000
+# members of one set or dict: building one of ints that share a hash costs n^2 / 2 comparisons
+MAX_HASHED = 5_000
 
 
 class UnsupportedValue(ValueError):
@@ -38,8 +42,8 @@ def encode(value: Any, max_nodes: int = MAX_NODES, max_text: int = MAX_TEXT) -> 
             # JSON numbers past 2**53 lose precision in other readers, and a huge int's text is costly.
             if abs(x) < 2**53:
                 return x
-            if x.bit_length() > 4 * max_text:
-                raise UnsupportedValue("an integer too large to send back")
+            if x.bit_length() > MAX_INT_BITS:
+                raise UnsupportedValue(f"an integer of more than {MAX_INT_BITS} bits")
             return {"int": hex(x)}
         if kind is float:
             return x if x - x == 0.0 else {"float": repr(x)}  # inf - inf and nan - nan are nan
@@ -71,6 +75,8 @@ def encode(value: Any, max_nodes: int = MAX_NODES, max_text: int = MAX_TEXT) -> 
             continue
         if depth >= MAX_DEPTH:
             raise UnsupportedValue(f"containers nested deeper than {MAX_DEPTH}")
+        if tag in ("set", "frozenset", "dict") and len(x) > MAX_HASHED:
+            raise UnsupportedValue(f"a {tag} of more than {MAX_HASHED} members")
         items: list[Any] = []
         out.append({tag: items})
         members = [k_v for pair in x.items() for k_v in pair] if tag == "dict" else list(x)
@@ -129,6 +135,8 @@ def decode(encoded: Any, max_nodes: int = MAX_NODES) -> Any:
             raise UnsupportedValue(f"more than {max_nodes} values")
         if depth > MAX_DEPTH:
             raise UnsupportedValue(f"containers nested deeper than {MAX_DEPTH}")
+        if type(x) is int and x.bit_length() > MAX_INT_BITS:
+            raise UnsupportedValue(f"an integer of more than {MAX_INT_BITS} bits")
         if x is None or type(x) in (bool, int, float, str):
             return x
         if type(x) is not dict or len(x) != 1:
@@ -137,12 +145,19 @@ def decode(encoded: Any, max_nodes: int = MAX_NODES) -> Any:
         if tag in _LEAF_TAGS:
             if type(payload) is not str:
                 raise UnsupportedValue(f"malformed {tag} {str(payload)[:80]!r}")
+            if tag == "int" and len(payload) > MAX_INT_BITS // 4 + 3:  # '-0x' and the hex digits
+                raise UnsupportedValue(f"an integer of more than {MAX_INT_BITS} bits")
             try:
                 if tag == "int":
-                    return int(payload, 16)
+                    integer = int(payload, 16)
+                    if integer.bit_length() <= MAX_INT_BITS:
+                        return integer
+                    raise UnsupportedValue(f"an integer of more than {MAX_INT_BITS} bits")
                 if tag == "bytes":
                     return bytes.fromhex(payload)
                 number = float(payload)
+            except UnsupportedValue:
+                raise
             except ValueError:
                 raise UnsupportedValue(f"malformed {tag} {payload[:80]!r}") from None
             if number - number == 0.0:
@@ -151,6 +166,8 @@ def decode(encoded: Any, max_nodes: int = MAX_NODES) -> Any:
         kind = _CONTAINERS.get(tag)
         if kind is None or type(payload) is not list:
             raise UnsupportedValue(f"malformed value {str(x)[:80]!r}")
+        if kind in (set, frozenset, dict) and len(payload) > MAX_HASHED * (2 if kind is dict else 1):
+            raise UnsupportedValue(f"a {tag} of more than {MAX_HASHED} members")
         members = [node(m, depth + 1) for m in payload]
         try:
             if kind is dict:
