@@ -315,11 +315,12 @@ def test_the_trainer_names_every_problem_of_an_episode() -> None:
     task = ReasoningTask(task_id="t1", family="sum", question="1 + 1", answer="2")
     good = Episode(task_id="t1", group=2, outcome=1.0, verifier={"solved": True})
     assert checked_episode(flow, good, task, 2) is good
-    bad = good.model_copy(update={"task_id": "t9", "group": 0, "outcome": True, "verifier": {}})
+    assert checked_episode(flow, good.model_copy(update={"outcome": True}), task, 2).outcome is True
+    bad = good.model_copy(update={"task_id": "t9", "group": 0, "outcome": "1", "verifier": {}})
     assert episode_problems(bad, task, 2) == [
         "episode.task_id 't9' is not the task's 't1'",
         "episode.group 0 is not the group asked (2)",
-        "outcome True is not a number in [0, 1]",
+        "outcome '1' is not a number in [0, 1]",
         "verifier has no 'solved' (the team's success, read by every report)",
     ]
     with pytest.raises(

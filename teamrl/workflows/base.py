@@ -189,7 +189,7 @@ def episode_problems(episode: object, task: Any, group: int) -> list[str]:
     if episode.group != group:
         out.append(f"episode.group {episode.group} is not the group asked ({group})")
     outcome = episode.outcome
-    if isinstance(outcome, bool) or not (isinstance(outcome, int | float) and 0.0 <= outcome <= 1.0):
+    if not (isinstance(outcome, int | float) and 0.0 <= outcome <= 1.0):  # a bool is 0 or 1
         out.append(f"outcome {outcome!r} is not a number in [0, 1]")
     if "solved" not in episode.verifier:
         out.append("verifier has no 'solved' (the team's success, read by every report)")
