@@ -159,16 +159,12 @@ def _crashed(exc: Exception, run_dir: Path | None, resume: str | None) -> int:
     """An error nothing else handles (a workflow's or reward function's bug, say): where it was raised,
     the whole trace in RUN_DIR/error.log, and how to continue (the checkpoints before it are intact; a run
     with none starts again). ``run_dir`` None: a dry run (nothing was written)."""
-    import sysconfig
     import traceback
 
+    from teamrl.protocol.plugins import plugin_frame
     from teamrl.trainer.checkpoints import checkpoint_dirs
 
-    frames = traceback.extract_tb(exc.__traceback__)
-    ours = (str(Path(__file__).resolve().parent), sysconfig.get_paths()["stdlib"], "site-packages", "<frozen")
-    # the innermost frame of code that is not teamrl's, the standard library's nor a library's: a plugin's
-    own = [f for f in frames if not any(part in f.filename for part in ours)]
-    where = (own or frames)[-1] if frames else None
+    where = plugin_frame(traceback.extract_tb(exc.__traceback__))
     text = "".join(traceback.format_exception(exc))
     saved = "the whole trace:\n" + text
     if run_dir is not None and run_dir.is_dir():

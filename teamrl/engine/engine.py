@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import sysconfig
 import threading
 import time
 import traceback
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from teamrl.policies.base import Generation, GenerationRequest
+from teamrl.protocol.plugins import plugin_frame
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,8 @@ def _watch(loop_thread: int, beat: list[float], done: threading.Event, limit: fl
             continue
         warned = blocked
         frame = sys._current_frames().get(loop_thread)
-        stack = traceback.extract_stack(frame) if frame is not None else []
-        ours = (__file__.rsplit("/engine/", 1)[0], sysconfig.get_paths()["stdlib"], "site-packages")
-        own = [f for f in stack if not any(part in f.filename for part in ours)] or stack
-        where = f" at {own[-1].filename}:{own[-1].lineno} in {own[-1].name}" if own else ""
+        stuck = plugin_frame(traceback.extract_stack(frame) if frame is not None else [])
+        where = f" at {stuck.filename}:{stuck.lineno} in {stuck.name}" if stuck else ""
         log.warning(
             "the episodes have not moved for %.0f s: the event loop is blocked%s (synchronous code that does "
             "not return, a task's check say: give it a timeout); Ctrl-C twice stops the run",

@@ -13,6 +13,8 @@ import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +157,23 @@ def resolve(kind: str, name: str) -> Any:
         f"unknown {kind} {name!r}: {hint}use a built-in one ({', '.join(builtin)}) or an import path "
         "package.module:Name"
     )
+
+
+# teamrl's own code (as imported and as resolved), the standard library's and installed packages'
+_NOT_PLUGINS = tuple(
+    dict.fromkeys(
+        (
+            str(Path(__file__).parents[1]),
+            str(Path(__file__).resolve().parents[1]),
+            sysconfig.get_paths()["stdlib"],
+        )
+    )
+) + ("site-packages", "<frozen")
+
+
+def plugin_frame(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary | None:
+    """The innermost of ``frames`` (a traceback's or a stack's, outermost first) in code that is not
+    teamrl's, the standard library's nor an installed package's: a plugin's, where there is one; else the
+    innermost frame; None without frames. Where an error was raised, or a blocked loop is stuck."""
+    own = [f for f in frames if not any(part in f.filename for part in _NOT_PLUGINS)]
+    return (own or frames)[-1] if frames else None
