@@ -175,9 +175,11 @@ def _interpreter_roots() -> list[str]:
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
 
-def _site_packages() -> list[str]:
+@functools.cache
+def _site_packages() -> tuple[str, ...]:
     """Directories of installed packages the sandbox would otherwise see: the interpreter's and the
-    system's site-packages / dist-packages (the code under test runs with -I -S: it imports none)."""
+    system's site-packages / dist-packages (the code under test runs with -I -S: it imports none). Looked
+    up once per process, not for every sandboxed run."""
     found: set[str] = set()
     for root in {*_interpreter_roots(), "/usr", "/usr/local"}:
         for pattern in (
@@ -186,7 +188,7 @@ def _site_packages() -> list[str]:
             "lib/python3/dist-packages",
         ):
             found.update(os.path.realpath(p) for p in glob.glob(os.path.join(root, pattern)))
-    return sorted(p for p in found if os.path.isdir(p))
+    return tuple(sorted(p for p in found if os.path.isdir(p)))
 
 
 def _bwrap_argv(bwrap: str, limits: SandboxLimits, seccomp_fd: int | None) -> list[str]:
